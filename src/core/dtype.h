@@ -1,0 +1,99 @@
+#pragma once
+// Tensor element types with the exact GGUF (ggml) type ids and block layouts.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ps {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+};
+
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  int64_t block_size;   // elements per block
+  size_t block_bytes;   // bytes per block
+  bool computable;      // polystack has kernels for it
+};
+
+// Facts about a GGUF type id, or nullopt for ids no GGUF writer produces.
+std::optional<DTypeInfo> dtype_info(uint32_t id);
+const DTypeInfo& dtype_info(DType t);
+std::string_view dtype_name(DType t);
+std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
+
+inline int64_t block_size(DType t) { return dtype_info(t).block_size; }
+// Bytes of one row of n elements; n must be a multiple of the block size.
+inline size_t row_bytes(DType t, int64_t n) {
+  const auto& i = dtype_info(t);
+  return size_t(n / i.block_size) * i.block_bytes;
+}
+
+// GGUF block layouts (packed; every field little-endian). fp16 fields are raw half bits.
+inline constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32;
+
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[QK4_0 / 2];  // element j in the low nibble of qs[j], element j+16 in the high one
+};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[QK4_1 / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // bit j = 5th bit of element j
+  uint8_t qs[QK5_0 / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_1 / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[QK8_0];
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+
+// Conversions between a row of F32 values and a row of type t (n a multiple of its block).
+// Supported for every computable type.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace ps
