@@ -1,1 +1,53 @@
-int main() { return 0; }
+// polystack: command-line entry point. Results go to stdout, logs and errors to stderr; every
+// error is one line and a non-zero exit.
+#include <cstdio>
+#include <fmt/format.h>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace ps::cli {
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("{}: cannot read file", path));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace ps::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "polystack 0.1.0");
+  std::map<std::string, ps::cli::Action> actions;
+  actions["run"] = ps::cli::add_run(app);
+  actions["devices"] = ps::cli::add_devices(app);
+  actions["inspect"] = ps::cli::add_inspect(app);
+  actions["tokenize"] = ps::cli::add_tokenize(app);
+  actions["bench"] = ps::cli::add_bench(app);
+  actions["logits"] = ps::cli::add_logits(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "polystack: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return actions.at(sub->get_name())();
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "polystack: error: %s\n", e.what());
+    return 1;
+  }
+}

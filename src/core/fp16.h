@@ -62,6 +62,18 @@ inline uint16_t f32_to_fp16(float f) {
   return uint16_t(sign | h);
 }
 
+// Branch-free half -> float (exact for every input, subnormals and inf/nan included), written
+// so the compiler can vectorize loops over it at the baseline ISA.
+inline float fp16_to_f32_fast(uint16_t h) {
+  const uint32_t w = uint32_t(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = bits_to_f32((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = bits_to_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  const uint32_t r = two_w < (1u << 27) ? f32_to_bits(denormalized) : f32_to_bits(normalized);
+  return bits_to_f32(sign | r);
+}
+
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
 
 // Round to nearest even; NaNs stay NaN (quiet bit forced), as the gguf package does.

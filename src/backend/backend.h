@@ -1,0 +1,87 @@
+#pragma once
+// The backend contract: an API's backend probes for devices (or says precisely why there are
+// none), opens a device, allocates buffers on it, says which ops it supports and executes runs
+// of graph nodes on its stream. The CPU backend is the first implementation and the reference.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace ps {
+
+enum class Api { Cpu, Cuda, Hip, Metal, Vulkan, OpenCL, DirectML };
+inline constexpr Api kAllApis[] = {Api::Cuda,   Api::Hip,    Api::Metal, Api::Vulkan,
+                                   Api::OpenCL, Api::DirectML, Api::Cpu};
+std::string_view api_name(Api api);  // "cpu", "cuda", ...
+
+enum class DeviceKind { Cpu, DiscreteGpu, IntegratedGpu, VirtualGpu, Accelerator };
+std::string_view device_kind_name(DeviceKind k);
+
+struct DeviceInfo {
+  std::string id;  // "cpu", "vulkan:0", "cuda:1"
+  Api api = Api::Cpu;
+  DeviceKind kind = DeviceKind::Cpu;
+  std::string name, vendor;
+  uint64_t memory_total = 0, memory_free = 0;  // bytes; 0 = unknown
+  bool unified_memory = false;
+  std::string driver_version, runtime_version, architecture;
+  std::string uuid;  // stable identity, so one GPU seen through two APIs is one device
+  // Further facts in display order ("cores used", "ISA", ...).
+  std::vector<std::pair<std::string, std::string>> facts;
+};
+
+struct ProbeReport {
+  Api api = Api::Cpu;
+  bool built = false;              // this binary has (or loaded) a backend for the API
+  std::vector<DeviceInfo> devices;
+  std::string reason;              // why there are no devices (or why unusable)
+};
+
+// Memory owned by a device. CPU-visible buffers expose host_ptr().
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual size_t size() const = 0;
+  virtual void* host_ptr() = 0;  // nullptr when not host-visible
+  virtual void write(size_t offset, const void* src, size_t n) = 0;
+  virtual void read(size_t offset, void* dst, size_t n) const = 0;
+};
+
+struct DeviceOptions {
+  int n_threads = 0;  // CPU: 0 = physical cores
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+  // Empty when the node can run here; otherwise the reason, in words, for reports.
+  virtual std::string unsupported_reason(const Tensor& node) const = 0;
+  bool supports(const Tensor& node) const { return unsupported_reason(node).empty(); }
+  // True when kernels can read host memory in place (weights stay in the file mapping).
+  virtual bool reads_host_memory() const = 0;
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Enqueues nodes (in order) on the device's stream; data pointers are already assigned.
+  virtual void execute(std::span<Tensor* const> nodes) = 0;
+  virtual void synchronize() = 0;
+  virtual int threads() const { return 1; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Api api() const = 0;
+  virtual ProbeReport probe() = 0;
+  virtual std::unique_ptr<Device> open_device(int index, const DeviceOptions& opts) = 0;
+};
+
+// Plugins export this C symbol; the registry calls it once after dlopen.
+using BackendCreateFn = Backend* (*)();
+inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
+
+}  // namespace ps

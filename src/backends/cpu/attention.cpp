@@ -1,0 +1,56 @@
+// Causal attention for a batch of queries over the F16 KV cache: scores with the SIMD F16 dot
+// kernel, an exact softmax per (token, head), then the weighted sum of V rows. Grouped-query
+// attention maps n_head / n_kv_head query heads onto each cache head.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/vec_dot.h"
+#include "core/fp16.h"
+
+namespace ps::cpu {
+
+void attention(Context& ctx, Tensor& node) {
+  const Tensor& q = *node.src[0];
+  const Tensor& kc = *node.src[1];
+  const Tensor& vc = *node.src[2];
+  const int64_t hd = q.ne[0], n_head = q.ne[1], n_tokens = q.ne[2];
+  const int64_t n_kv_head = kc.ne[1];
+  const int64_t group = n_head / n_kv_head;
+  const int32_t n_past = node.iparams[0];
+  const float scale = node.fparams[0];
+  const DotKernel& kdot = dot_kernel(kc.type, ctx.isa);
+
+  ctx.pool->parallel_for(n_tokens * n_head, [&](int64_t task, int) {
+    const int64_t t = task / n_head, h = task % n_head, kvh = h / group;
+    const int64_t n_visible = n_past + t + 1;
+    const float* qr = reinterpret_cast<const float*>(row_ptr(q, h, t));
+    thread_local std::vector<float> scores, acc;
+    scores.resize(size_t(n_visible));
+    acc.assign(size_t(hd), 0.0f);
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_visible; ++j) {
+      scores[size_t(j)] = kdot.dot(hd, row_ptr(kc, kvh, j), qr) * scale;
+      mx = std::max(mx, scores[size_t(j)]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n_visible; ++j) {
+      const float p = std::exp(scores[size_t(j)] - mx);
+      sum += p;
+      const void* vr = row_ptr(vc, kvh, j);
+      if (vc.type == DType::F16) {
+        const uint16_t* v = static_cast<const uint16_t*>(vr);
+        for (int64_t i = 0; i < hd; ++i) acc[size_t(i)] += p * fp16_to_f32_fast(v[i]);
+      } else {
+        const float* v = static_cast<const float*>(vr);
+        for (int64_t i = 0; i < hd; ++i) acc[size_t(i)] += p * v[i];
+      }
+    }
+    float* out = reinterpret_cast<float*>(row_ptr(node, h, t));
+    const float inv = float(1.0 / sum);
+    for (int64_t i = 0; i < hd; ++i) out[i] = acc[size_t(i)] * inv;
+  });
+}
+
+}  // namespace ps::cpu

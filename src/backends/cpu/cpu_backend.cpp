@@ -1,0 +1,162 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "backends/cpu/kernels.h"
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace ps {
+namespace {
+
+uint64_t meminfo_bytes(const char* key) {
+  std::ifstream in("/proc/meminfo");
+  std::string k;
+  uint64_t v = 0;
+  std::string unit;
+  while (in >> k >> v) {
+    std::getline(in, unit);
+    if (k == key) return v * 1024;
+  }
+  return 0;
+}
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t n) : size_(n) {
+    // 64-byte alignment for AVX-512 loads; at least one byte so the pointer is never null.
+    data_ = static_cast<unsigned char*>(std::aligned_alloc(64, (n + 63) / 64 * 64 + 64));
+    if (!data_) throw BackendError(fmt::format("cpu: cannot allocate {} bytes", n));
+  }
+  ~HostBuffer() override { std::free(data_); }
+  size_t size() const override { return size_; }
+  void* host_ptr() override { return data_; }
+  void write(size_t off, const void* src, size_t n) override { std::memcpy(data_ + off, src, n); }
+  void read(size_t off, void* dst, size_t n) const override { std::memcpy(dst, data_ + off, n); }
+
+ private:
+  unsigned char* data_;
+  size_t size_;
+};
+
+DeviceInfo cpu_device_info(int threads) {
+  const CpuFeatures& f = cpu_features();
+  DeviceInfo d;
+  d.id = "cpu";
+  d.api = Api::Cpu;
+  d.kind = DeviceKind::Cpu;
+  d.name = f.brand.empty() ? "unknown CPU" : f.brand;
+  d.vendor = f.vendor;
+  d.memory_total = meminfo_bytes("MemTotal:");
+  d.memory_free = meminfo_bytes("MemAvailable:");
+  d.unified_memory = true;
+#if defined(__x86_64__)
+  d.architecture = "x86-64";
+#elif defined(__aarch64__)
+  d.architecture = "aarch64";
+#endif
+  std::string isa;
+  for (const auto& n : f.names()) isa += (isa.empty() ? "" : " ") + n;
+  const long logical = sysconf(_SC_NPROCESSORS_ONLN);
+  d.facts.emplace_back("physical cores", std::to_string(physical_core_count()));
+  d.facts.emplace_back("logical cpus", std::to_string(logical));
+  d.facts.emplace_back("threads used", std::to_string(threads));
+  d.facts.emplace_back("isa extensions", isa.empty() ? "none beyond the baseline" : isa);
+  d.facts.emplace_back("kernels", isa_level_name(active_isa_level()));
+  return d;
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int threads) : pool_(threads), info_(cpu_device_info(threads)) {
+    ctx_.pool = &pool_;
+    ctx_.isa = active_isa_level();
+  }
+  const DeviceInfo& info() const override { return info_; }
+  bool reads_host_memory() const override { return true; }
+  int threads() const override { return pool_.size(); }
+
+  std::string unsupported_reason(const Tensor& n) const override {
+    switch (n.op) {
+      case OpKind::MatMul:
+      case OpKind::GetRows:
+        if (!dtype_info(n.src[0]->type).computable)
+          return fmt::format("no CPU kernel for {} weights", dtype_name(n.src[0]->type));
+        return {};
+      case OpKind::Copy:
+        if (!dtype_info(n.type).computable || n.type == DType::Q8_1)
+          return fmt::format("cannot convert to {}", dtype_name(n.type));
+        return {};
+      case OpKind::Count: return "unknown op";
+      default: return {};
+    }
+  }
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override {
+    return std::make_unique<HostBuffer>(bytes);
+  }
+
+  void execute(std::span<Tensor* const> nodes) override {
+    for (Tensor* n : nodes) run(*n);
+  }
+  void synchronize() override {}
+
+ private:
+  void run(Tensor& n) {
+    switch (n.op) {
+      case OpKind::None:
+      case OpKind::View: return;
+      case OpKind::MatMul: return cpu::matmul(ctx_, n);
+      case OpKind::GetRows: return cpu::get_rows(ctx_, n);
+      case OpKind::RmsNorm: return cpu::rms_norm(ctx_, n);
+      case OpKind::Rope: return cpu::rope(ctx_, n);
+      case OpKind::SoftMax: return cpu::softmax(ctx_, n);
+      case OpKind::Attention: return cpu::attention(ctx_, n);
+      case OpKind::Copy: return cpu::copy(ctx_, n);
+      case OpKind::Add:
+      case OpKind::Mul:
+      case OpKind::Silu:
+      case OpKind::Gelu:
+      case OpKind::SwiGlu: return cpu::elementwise(ctx_, n);
+      case OpKind::Count: break;
+    }
+    throw BackendError(fmt::format("cpu: no kernel for op {}", op_name(n.op)));
+  }
+
+  ThreadPool pool_;
+  DeviceInfo info_;
+  cpu::Context ctx_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  Api api() const override { return Api::Cpu; }
+  ProbeReport probe() override {
+    ProbeReport r;
+    r.api = Api::Cpu;
+    r.built = true;
+    r.devices.push_back(cpu_device_info(physical_core_count()));
+    return r;
+  }
+  std::unique_ptr<Device> open_device(int index, const DeviceOptions& opts) override {
+    if (index != 0) throw BackendError("cpu: there is only one CPU device, 'cpu'");
+    const int threads = opts.n_threads > 0 ? opts.n_threads : physical_core_count();
+    if (threads > 1024) throw UsageError(fmt::format("{} threads is too many", threads));
+    return std::make_unique<CpuDevice>(threads);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ps

@@ -1,0 +1,50 @@
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+
+namespace ps::cpu {
+namespace {
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+inline float gelu_tanh(float v) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * v * (1.0f + 0.044715f * v * v)));
+}
+
+}  // namespace
+
+void elementwise(Context& ctx, Tensor& node) {
+  const Tensor& a = *node.src[0];
+  const Tensor* b = node.src[1];
+  const int64_t n = a.ne[0];
+  const OpKind op = node.op;
+  ctx.pool->parallel_for(a.n_rows(), [&](int64_t r, int) {
+    const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const float* x = reinterpret_cast<const float*>(row_ptr(a, i1, i2, i3));
+    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
+    const float* y = nullptr;
+    if (b)  // rows of b repeat along any dimension where b has extent 1
+      y = reinterpret_cast<const float*>(
+          row_ptr(*b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]));
+    switch (op) {
+      case OpKind::Add:
+        for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+        break;
+      case OpKind::Mul:
+        for (int64_t i = 0; i < n; ++i) out[i] = x[i] * y[i];
+        break;
+      case OpKind::Silu:
+        for (int64_t i = 0; i < n; ++i) out[i] = silu(x[i]);
+        break;
+      case OpKind::Gelu:
+        for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(x[i]);
+        break;
+      case OpKind::SwiGlu:
+        for (int64_t i = 0; i < n; ++i) out[i] = silu(x[i]) * y[i];
+        break;
+      default: break;
+    }
+  });
+}
+
+}  // namespace ps::cpu

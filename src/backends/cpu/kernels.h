@@ -1,0 +1,38 @@
+#pragma once
+// CPU kernels, one file per op (mirrored by the other backends' folders). Each takes the node
+// whose src pointers and data are set, and the context with the thread pool and scratch.
+#include <cstddef>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "graph/tensor.h"
+
+namespace ps::cpu {
+
+struct Context {
+  ThreadPool* pool = nullptr;
+  IsaLevel isa = IsaLevel::Scalar;
+  std::vector<unsigned char> scratch;  // grown on demand (activation quantization, ...)
+  void* scratch_bytes(size_t n) {
+    if (scratch.size() < n) scratch.resize(n);
+    return scratch.data();
+  }
+};
+
+void matmul(Context& ctx, Tensor& node);
+void get_rows(Context& ctx, Tensor& node);
+void rms_norm(Context& ctx, Tensor& node);
+void rope(Context& ctx, Tensor& node);
+void softmax(Context& ctx, Tensor& node);
+void attention(Context& ctx, Tensor& node);
+void copy(Context& ctx, Tensor& node);
+// add, mul, silu, gelu, swiglu
+void elementwise(Context& ctx, Tensor& node);
+
+// Row pointer helpers for tensors with byte strides.
+inline char* row_ptr(const Tensor& t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
+  return static_cast<char*>(t.data) + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+}  // namespace ps::cpu

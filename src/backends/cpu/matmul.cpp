@@ -1,0 +1,60 @@
+// Y[N, M] = W[K, N]^T-by-rows . X[K, M]: every output is the dot of one weight row with one
+// activation row. Activations are converted once into the weight type's partner type (8-bit
+// blocks for quantized weights), then weight rows are split across threads in chunks so each
+// chunk's rows stay in cache while all activation rows stream past them.
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/vec_dot.h"
+#include "core/error.h"
+
+namespace ps::cpu {
+
+void matmul(Context& ctx, Tensor& node) {
+  const Tensor& w = *node.src[0];
+  const Tensor& x = *node.src[1];
+  const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
+  const DotKernel& k = dot_kernel(w.type, ctx.isa);
+  if (x.nb[0] != sizeof(float))
+    throw BackendError(fmt::format("cpu matmul: activations {} are not contiguous rows", x.name));
+
+  const char* act = nullptr;
+  size_t act_stride = 0;
+  if (k.act_type == DType::F32) {
+    act = static_cast<const char*>(x.data);
+    act_stride = x.nb[1];
+  } else {
+    act_stride = row_bytes(k.act_type, K);
+    char* buf = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
+    ctx.pool->parallel_for(M, [&](int64_t m, int) {
+      k.act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), buf + size_t(m) * act_stride,
+                     K);
+    });
+    act = buf;
+  }
+
+  const int threads = ctx.pool->size();
+  // Chunks small enough to balance the threads, large enough to amortize the hand-out.
+  int64_t chunk = std::max<int64_t>(1, N / (int64_t(threads) * 8));
+  chunk = std::min<int64_t>(chunk, M > 1 ? 16 : 64);
+  const int64_t n_chunks = (N + chunk - 1) / chunk;
+  float* y = static_cast<float*>(node.data);
+  const size_t y_stride = node.nb[1] / sizeof(float);
+  const char* wdata = static_cast<const char*>(w.data);
+
+  ctx.pool->parallel_for(n_chunks, [&](int64_t c, int) {
+    const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
+    constexpr int64_t kColumnBlock = 8;
+    for (int64_t m0 = 0; m0 < M; m0 += kColumnBlock) {
+      const int64_t m1 = std::min(M, m0 + kColumnBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const char* wr = wdata + size_t(r) * w.nb[1];
+        for (int64_t m = m0; m < m1; ++m)
+          y[size_t(m) * y_stride + size_t(r)] = k.dot(K, wr, act + size_t(m) * act_stride);
+      }
+    }
+  });
+}
+
+}  // namespace ps::cpu

@@ -1,0 +1,22 @@
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+
+namespace ps::cpu {
+
+void rms_norm(Context& ctx, Tensor& node) {
+  const Tensor& x = *node.src[0];
+  const int64_t n = x.ne[0];
+  const float eps = node.fparams[0];
+  ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
+    const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+    const float* in = reinterpret_cast<const float*>(row_ptr(x, i1, i2, i3));
+    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += double(in[i]) * in[i];
+    const float scale = float(1.0 / std::sqrt(sum / double(n) + double(eps)));
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+  });
+}
+
+}  // namespace ps::cpu

@@ -1,0 +1,33 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/kernels.h"
+
+namespace ps::cpu {
+
+// Row r of a matrix may see columns j <= r + causal_offset when causal_offset >= 0.
+void softmax(Context& ctx, Tensor& node) {
+  const Tensor& x = *node.src[0];
+  const int64_t n = x.ne[0];
+  const float scale = node.fparams[0];
+  const int32_t causal = node.iparams[0];
+  ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
+    const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+    const float* in = reinterpret_cast<const float*>(row_ptr(x, i1, i2, i3));
+    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
+    const int64_t visible = causal >= 0 ? std::min<int64_t>(n, i1 + causal + 1) : n;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, in[j] * scale);
+    double sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      out[j] = std::exp(in[j] * scale - mx);
+      sum += out[j];
+    }
+    const float inv = float(1.0 / sum);
+    for (int64_t j = 0; j < visible; ++j) out[j] *= inv;
+    for (int64_t j = visible; j < n; ++j) out[j] = 0.0f;
+  });
+}
+
+}  // namespace ps::cpu

@@ -1,0 +1,184 @@
+// Prompt-processing (pp) and generation (tg) throughput, reported like llama-bench: each test
+// runs on a fresh context after a warm-up, repeated -r times, mean and standard deviation.
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <map>
+#include <random>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace ps::cli {
+namespace {
+
+struct Result {
+  std::string test;
+  int threads;
+  int n_tokens;
+  std::vector<double> seconds;
+  double mean_tps() const {
+    double s = 0;
+    for (double x : seconds) s += n_tokens / x;
+    return s / double(seconds.size());
+  }
+  double stddev_tps() const {
+    if (seconds.size() < 2) return 0;
+    const double m = mean_tps();
+    double s = 0;
+    for (double x : seconds) s += (n_tokens / x - m) * (n_tokens / x - m);
+    return std::sqrt(s / double(seconds.size() - 1));
+  }
+};
+
+std::string size_text(uint64_t b) {
+  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", double(b) / double(1ull << 30))
+                           : fmt::format("{:.2f} MiB", double(b) / double(1ull << 20));
+}
+
+std::string params_text(uint64_t n) {
+  return n >= 1000000000ull ? fmt::format("{:.2f} B", double(n) / 1e9)
+                            : fmt::format("{:.2f} M", double(n) / 1e6);
+}
+
+// The type that holds most of the weight bytes, as llama-bench names a model.
+std::string main_type(const gguf::File& f) {
+  std::map<DType, uint64_t> bytes;
+  for (const auto& t : f.tensors()) bytes[t.type] += t.nbytes;
+  DType best = DType::F32;
+  uint64_t most = 0;
+  for (auto [t, b] : bytes)
+    if (b > most) most = b, best = t;
+  return std::string(dtype_name(best));
+}
+
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
+  struct Opts {
+    ModelFlags mf;
+    std::vector<int> pp{512}, tg{128}, threads;
+    int reps = 3;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  add_model_flags(cmd, o->mf, true);
+  cmd->remove_option(cmd->get_option("--threads"));
+  cmd->add_option("-p,--n-prompt", o->pp, "Prompt lengths to test (comma-separated; 0: skip)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-gen", o->tg, "Generation lengths to test (comma-separated; 0: skip)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o->threads, "Thread counts to test (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+
+  return [o] {
+    auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
+    const ModelParams& p = model->model->params();
+    std::vector<int> threads = o->threads;
+    if (threads.empty()) threads.push_back(0);
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
+    std::vector<Result> results;
+    std::string device_id, device_name;
+    int max_needed = 1;
+    for (int n : o->pp) max_needed = std::max(max_needed, n + 1);
+    for (int n : o->tg) max_needed = std::max(max_needed, n + 1);
+
+    for (int t : threads) {
+      SessionOptions so = o->mf.session;
+      so.n_threads = t;
+      if (so.n_ctx == 0) so.n_ctx = max_needed;
+      if (so.n_ctx < max_needed)
+        throw UsageError(fmt::format("context {} is smaller than the longest test ({} tokens)",
+                                     so.n_ctx, max_needed - 1));
+      int batch = 1;
+      for (int n : o->pp) batch = std::max(batch, n);
+      so.n_batch = batch;
+      Session s(model, so);
+      device_id = s.device().info().id;
+      device_name = s.device().info().name;
+      const int used_threads = s.device().threads();
+      {  // warm-up: page in the weights, grow the arenas
+        std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
+        for (auto& x : w) x = tok(rng);
+        s.eval(w);
+        s.eval(std::span<const int32_t>(w.data(), 1));
+        s.reset();
+      }
+      for (int n : o->pp) {
+        if (n == 0) continue;
+        Result r{fmt::format("pp{}", n), used_threads, n, {}};
+        for (int rep = 0; rep < o->reps; ++rep) {
+          std::vector<int32_t> ids(static_cast<size_t>(n));
+          for (auto& x : ids) x = tok(rng);
+          s.reset();
+          const auto t0 = std::chrono::steady_clock::now();
+          s.eval(ids);
+          r.seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        results.push_back(r);
+      }
+      for (int n : o->tg) {
+        if (n == 0) continue;
+        Result r{fmt::format("tg{}", n), used_threads, n, {}};
+        for (int rep = 0; rep < o->reps; ++rep) {
+          s.reset();
+          int32_t id = tok(rng);
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < n; ++i) {
+            const int32_t one[1] = {id};
+            s.eval(one);
+            id = tok(rng);
+          }
+          r.seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        results.push_back(r);
+      }
+    }
+
+    const std::string mname =
+        fmt::format("{} {} {}", p.architecture, params_text(p.n_params), main_type(*model->file));
+    if (o->json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& r : results)
+        out.push_back({{"model", mname},
+                       {"model_file", o->mf.model},
+                       {"model_bytes", p.weight_bytes},
+                       {"n_params", p.n_params},
+                       {"device", device_id},
+                       {"device_name", device_name},
+                       {"threads", r.threads},
+                       {"test", r.test},
+                       {"n_tokens", r.n_tokens},
+                       {"repetitions", r.seconds.size()},
+                       {"seconds", r.seconds},
+                       {"avg_ts", r.mean_tps()},
+                       {"stddev_ts", r.stddev_tps()}});
+      fmt::print("{}\n", out.dump(2));
+      return 0;
+    }
+    fmt::print("| {:<28} | {:>10} | {:>9} | {:<8} | {:>7} | {:>7} | {:>20} |\n", "model", "size",
+               "params", "device", "threads", "test", "t/s");
+    fmt::print("| {:-<28} | {:->10} | {:->9} | {:-<8} | {:->7} | {:->7} | {:->20} |\n", "", "", "",
+               "", "", "", "");
+    for (const auto& r : results)
+      fmt::print("| {:<28} | {:>10} | {:>9} | {:<8} | {:>7} | {:>7} | {:>20} |\n", mname,
+                 size_text(p.weight_bytes), params_text(p.n_params), device_id, r.threads, r.test,
+                 fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()));
+    return 0;
+  };
+}
+
+}  // namespace ps::cli

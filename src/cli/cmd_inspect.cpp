@@ -1,0 +1,127 @@
+#include <fmt/format.h>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "gguf/gguf.h"
+
+namespace ps::cli {
+namespace {
+
+constexpr uint64_t kArrayPreview = 8;     // elements shown in text output
+constexpr uint64_t kJsonArrayFull = 256;  // longer arrays are summarized in JSON
+
+nlohmann::json scalar_json(const gguf::Value& v) {
+  using gguf::ValueType;
+  switch (v.type) {
+    case ValueType::STRING: return std::string(v.str);
+    case ValueType::BOOL: return v.u != 0;
+    case ValueType::F32: case ValueType::F64: return v.f;
+    case ValueType::U8: case ValueType::U16: case ValueType::U32: case ValueType::U64: return v.u;
+    default: return v.i;
+  }
+}
+
+nlohmann::json element_json(const gguf::Array& a, uint64_t i) {
+  using gguf::ValueType;
+  switch (a.elem_type) {
+    case ValueType::STRING: return std::string(a.string_at(i));
+    case ValueType::F32: case ValueType::F64: return a.double_at(i);
+    case ValueType::BOOL: return a.int_at(i) != 0;
+    case ValueType::ARRAY: return nlohmann::json{{"type", "array"}, {"count", a.arrays[i].arr->count}};
+    default: return a.int_at(i);
+  }
+}
+
+nlohmann::json value_json(const gguf::Value& v) {
+  if (v.type != gguf::ValueType::ARRAY) return scalar_json(v);
+  const gguf::Array& a = *v.arr;
+  nlohmann::json items = nlohmann::json::array();
+  const uint64_t n = a.count <= kJsonArrayFull ? a.count : kArrayPreview;
+  for (uint64_t i = 0; i < n; ++i) items.push_back(element_json(a, i));
+  if (a.count <= kJsonArrayFull) return items;
+  return {{"type", fmt::format("array[{}]", gguf::value_type_name(a.elem_type))},
+          {"count", a.count},
+          {"head", items}};
+}
+
+std::string value_text(const gguf::Value& v) {
+  if (v.type == gguf::ValueType::STRING) {
+    std::string s(v.str.substr(0, 120));
+    for (char& c : s)
+      if (c == '\n') c = ' ';
+    return fmt::format("\"{}\"{}", s, v.str.size() > 120 ? "..." : "");
+  }
+  if (v.type != gguf::ValueType::ARRAY) return scalar_json(v).dump();
+  const gguf::Array& a = *v.arr;
+  std::string s = fmt::format("[{} x {}]", a.count, gguf::value_type_name(a.elem_type));
+  std::string items;
+  for (uint64_t i = 0; i < std::min(a.count, kArrayPreview); ++i)
+    items += (i ? ", " : "") + element_json(a, i).dump();
+  return s + " " + "[" + items + (a.count > kArrayPreview ? ", ..." : "") + "]";
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.2f} KiB", double(b) / double(1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+Action add_inspect(CLI::App& app) {
+  auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata and tensors");
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("model", *path, "GGUF file")->required();
+  cmd->add_flag("--json", *json, "Machine-readable output");
+  return [path, json] {
+    auto f = gguf::File::open(*path);
+    uint64_t total_bytes = 0, total_elems = 0;
+    std::map<std::string, uint64_t> by_type;
+    for (const auto& t : f->tensors()) {
+      total_bytes += t.nbytes;
+      total_elems += uint64_t(t.n_elements());
+      by_type[std::string(dtype_name(t.type))] += 1;
+    }
+    if (*json) {
+      nlohmann::json out;
+      out["path"] = *path;
+      out["version"] = f->version();
+      out["alignment"] = f->alignment();
+      out["file_size"] = f->file_size();
+      out["data_offset"] = f->data_offset();
+      out["n_elements"] = total_elems;
+      out["tensor_bytes"] = total_bytes;
+      nlohmann::json md = nlohmann::json::object();
+      for (const auto& [k, v] : f->metadata()) md[k] = value_json(v);
+      out["metadata"] = md;
+      nlohmann::json ts = nlohmann::json::array();
+      for (const auto& t : f->tensors())
+        ts.push_back({{"name", t.name},
+                      {"type", dtype_name(t.type)},
+                      {"shape", t.dims},
+                      {"offset", t.offset},
+                      {"bytes", t.nbytes}});
+      out["tensors"] = ts;
+      fmt::print("{}\n", out.dump(2));
+      return 0;
+    }
+    fmt::print("file: {}\nGGUF version {}, alignment {}, {} ({} bytes)\n", *path, f->version(),
+               f->alignment(), human_bytes(f->file_size()), f->file_size());
+    fmt::print("\nmetadata ({} keys):\n", f->metadata().size());
+    for (const auto& [k, v] : f->metadata()) fmt::print("  {:<44} {}\n", k, value_text(v));
+    fmt::print("\ntensors ({}, {} elements, {}):\n", f->tensors().size(), total_elems,
+               human_bytes(total_bytes));
+    for (const auto& t : f->tensors())
+      fmt::print("  {:<36} {:<6} [{}]  {}\n", t.name, dtype_name(t.type), fmt::join(t.dims, ", "),
+                 human_bytes(t.nbytes));
+    fmt::print("\ntypes:");
+    for (const auto& [t, n] : by_type) fmt::print(" {} x{}", t, n);
+    fmt::print("\n");
+    return 0;
+  };
+}
+
+}  // namespace ps::cli

@@ -1,0 +1,123 @@
+#include <chrono>
+#include <cstdio>
+#include <fmt/format.h>
+#include <random>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace ps::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string describe(const LoadedModel& m) {
+  const ModelParams& p = m.model->params();
+  return fmt::format("{} ({}, {:.2f} M params, {:.1f} MiB of weights, {} layers, context {})",
+                     p.name.empty() ? "unnamed" : p.name, p.architecture,
+                     double(p.n_params) / 1e6, double(p.weight_bytes) / (1 << 20), p.n_layer,
+                     p.n_ctx_train);
+}
+
+}  // namespace
+
+Action add_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  struct Opts {
+    ModelFlags mf;
+    std::string prompt, file;
+    int n_predict = -1;
+    int64_t seed = -1;
+    SamplerParams sp;
+    bool ignore_eos = false;
+  };
+  auto o = std::make_shared<Opts>();
+  add_model_flags(cmd, o->mf, false);
+  auto* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", o->file, "Read the prompt from a file");
+  p->excludes(f);
+  cmd->add_option("-n,--n-predict", o->n_predict,
+                  "Tokens to generate (-1: until end of text or a full context)")
+      ->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("-s,--seed", o->seed, "Random seed (-1: random)");
+  cmd->add_option("--temp", o->sp.temp, "Temperature (0: greedy, deterministic)");
+  cmd->add_option("--top-k", o->sp.top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--top-p", o->sp.top_p, "Nucleus sampling threshold (1: off)");
+  cmd->add_option("--min-p", o->sp.min_p, "Drop tokens below min-p x the top probability");
+  cmd->add_option("--repeat-penalty", o->sp.repeat_penalty, "Penalty for repeated tokens (1: off)");
+  cmd->add_option("--repeat-last-n", o->sp.repeat_last_n, "Tokens the repeat penalty looks back");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
+
+  return [o, p, f] {
+    const std::string prompt = *f ? read_file_bytes(o->file) : o->prompt;
+    const std::string path = resolve_model_path(o->mf);
+    auto model = LoadedModel::load(path);
+    fmt::print(stderr, "polystack: loaded {} in {:.0f} ms: {}\n", path, model->load_seconds * 1e3,
+               describe(*model));
+    Session session(model, o->mf.session);
+    const DeviceInfo& dev = session.device().info();
+    fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, dev.name,
+               session.device_reason());
+    for (const auto& line : session.placement().fallbacks)
+      fmt::print(stderr, "polystack: fallback: {}\n", line);
+
+    SamplerParams sp = o->sp;
+    sp.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();
+    const Tokenizer& tok = *model->tokenizer;
+    Sampler sampler(sp, tok.n_vocab());
+    std::vector<int32_t> ids = tok.encode(prompt, true, true);
+    if (ids.empty()) throw UsageError("the prompt is empty and the model adds no BOS token");
+    if (int64_t(ids.size()) >= session.n_ctx())
+      throw UsageError(fmt::format("the prompt has {} tokens but the context holds only {} (-c)",
+                                   ids.size(), session.n_ctx()));
+    fmt::print(stderr, "polystack: context {}, prompt {} tokens, seed {}, threads {}\n",
+               session.n_ctx(), ids.size(), sp.seed, session.device().threads());
+    for (int32_t id : ids) sampler.accept(id);
+
+    auto t0 = Clock::now();
+    std::vector<float> logits = session.eval(ids);
+    const double prompt_s = seconds_since(t0);
+
+    int generated = 0, n_eval = 0;
+    std::string stop = "token limit";
+    t0 = Clock::now();
+    while (o->n_predict < 0 || generated < o->n_predict) {
+      const int32_t next = sampler.sample(logits);
+      sampler.accept(next);
+      if (tok.is_eog(next) && !o->ignore_eos) {
+        stop = "end of text";
+        break;
+      }
+      const std::string piece = tok.token_to_piece(next, false);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      ++generated;
+      if (session.n_past() >= session.n_ctx()) {
+        stop = "context full";
+        break;
+      }
+      if (o->n_predict >= 0 && generated >= o->n_predict) break;
+      const int32_t one[1] = {next};
+      logits = session.eval(one);
+      ++n_eval;
+    }
+    const double gen_s = seconds_since(t0);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    fmt::print(stderr, "polystack: prompt: {} tokens in {:.1f} ms ({:.1f} tokens/s) on {}\n",
+               ids.size(), prompt_s * 1e3, double(ids.size()) / prompt_s, dev.id);
+    fmt::print(stderr,
+               "polystack: generation: {} tokens in {:.1f} ms ({:.1f} tokens/s over {} "
+               "decode steps) on {}, stopped at {}\n",
+               generated, gen_s * 1e3, n_eval > 0 ? double(n_eval) / gen_s : 0.0, n_eval, dev.id,
+               stop);
+    return 0;
+  };
+}
+
+}  // namespace ps::cli

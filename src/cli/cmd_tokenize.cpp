@@ -1,0 +1,55 @@
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/session.h"
+#include "gguf/gguf.h"
+
+namespace ps::cli {
+namespace {
+
+// Shows a piece with non-printable bytes escaped, so one token stays on one line.
+std::string escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\'') out += "\\'";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += char(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+Action add_tokenize(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenize", "Turn text into token ids with a model's tokenizer");
+  struct Opts {
+    std::string model, prompt, file;
+    bool ids = false, no_special = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("-m,--model", o->model, "GGUF file (a vocab-only file is enough)")->required();
+  auto* p = cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize");
+  auto* f = cmd->add_option("-f,--file", o->file, "Tokenize this file's exact bytes");
+  p->excludes(f);
+  cmd->add_flag("--ids", o->ids, "Print only the ids, on one line");
+  cmd->add_flag("--no-special", o->no_special,
+                "Add no BOS/EOS and treat special-token text as plain text");
+  return [o, p, f] {
+    if (!*p && !*f) throw UsageError("tokenize needs -p TEXT or -f FILE");
+    const std::string text = *f ? read_file_bytes(o->file) : o->prompt;
+    auto file = gguf::File::open(o->model);
+    auto tok = Tokenizer::from_gguf(*file);
+    const auto ids = tok->encode(text, !o->no_special, !o->no_special);
+    if (o->ids) {
+      fmt::print("{}\n", fmt::join(ids, " "));
+      return 0;
+    }
+    for (int32_t id : ids) fmt::print("{:>6} '{}'\n", id, escape(tok->token_to_piece(id, true)));
+    return 0;
+  };
+}
+
+}  // namespace ps::cli

@@ -1,0 +1,35 @@
+#pragma once
+// One function per subcommand; each registers its flags on the app and returns the action.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace ps::cli {
+
+using Action = std::function<int()>;
+
+Action add_run(CLI::App& app);
+Action add_devices(CLI::App& app);
+Action add_inspect(CLI::App& app);
+Action add_tokenize(CLI::App& app);
+Action add_bench(CLI::App& app);
+Action add_logits(CLI::App& app);
+
+// Reads a whole file's bytes exactly; UsageError naming the file on failure.
+std::string read_file_bytes(const std::string& path);
+
+}  // namespace ps::cli
+
+#include "engine/session.h"
+
+namespace ps::cli {
+
+// Flags every command that runs a model shares: -m, -c, -b, -t, --device, --strict.
+struct ModelFlags {
+  std::string model;
+  SessionOptions session;
+};
+void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
+// The model path from -m, else POLYSTACK_MODEL; UsageError saying how to get one otherwise.
+std::string resolve_model_path(const ModelFlags& f);
+
+}  // namespace ps::cli

@@ -1,0 +1,121 @@
+#include "engine/session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+
+namespace ps {
+
+std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool with_tokenizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto m = std::make_shared<LoadedModel>();
+  m->file = gguf::File::open(path);
+  m->model = Model::load(*m->file);
+  if (with_tokenizer) {
+    m->tokenizer = Tokenizer::from_gguf(*m->file);
+    if (m->tokenizer->n_vocab() != m->model->params().n_vocab)
+      throw ModelError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary "
+                                   "is {}", path, m->tokenizer->n_vocab(),
+                                   m->model->params().n_vocab));
+  }
+  m->load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts)
+    : model_(std::move(model)) {
+  const ModelParams& p = model_->model->params();
+  if (opts.n_ctx < 0) throw UsageError(fmt::format("context size {} is negative", opts.n_ctx));
+  if (opts.n_batch <= 0) throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
+  n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
+  if (n_ctx_ > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", n_ctx_));
+  n_batch_ = opts.n_batch;
+
+  Registry& reg = Registry::global();
+  DeviceOptions dopts;
+  dopts.n_threads = opts.n_threads;
+  std::string id = opts.device;
+  if (id.empty()) {
+    DeviceChoice c = reg.choose_default();
+    id = c.device_id;
+    device_reason_ = c.reason;
+  } else {
+    device_reason_ = "chosen with --device";
+  }
+  device_ = reg.open(id, dopts);
+  std::vector<Device*> devices{device_.get()};
+  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict);
+
+  const size_t layer_bytes = size_t(p.head_dim * p.n_head_kv) * 2 * size_t(n_ctx_);
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    k_cache_.push_back(device_->alloc(layer_bytes));
+    v_cache_.push_back(device_->alloc(layer_bytes));
+  }
+}
+
+Session::~Session() = default;
+
+size_t Session::kv_cache_bytes() const {
+  size_t n = 0;
+  for (const auto& b : k_cache_) n += b->size();
+  for (const auto& b : v_cache_) n += b->size();
+  return n;
+}
+
+std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
+  if (n_past_ + int64_t(tokens.size()) > n_ctx_)
+    throw UsageError(fmt::format("{} tokens do not fit in the context: {} of {} positions are "
+                                 "used (raise -c)", tokens.size(), n_past_, n_ctx_));
+  const int64_t n_vocab = model_->model->params().n_vocab;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= n_vocab)
+      throw UsageError(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  std::vector<float> out;
+  if (all_logits) out.reserve(tokens.size() * size_t(n_vocab));
+  for (size_t i = 0; i < tokens.size(); i += size_t(n_batch_)) {
+    const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
+    const bool last = i + n == tokens.size();
+    if (all_logits || last) forward(tokens.subspan(i, n), all_logits, out);
+    else {
+      std::vector<float> discard;
+      forward(tokens.subspan(i, n), false, discard);
+    }
+  }
+  return out;
+}
+
+void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out) {
+  const ModelParams& p = model_->model->params();
+  const int32_t T = int32_t(tokens.size());
+  Graph g;
+  std::vector<int32_t> pos(tokens.size());
+  for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past_ + i;
+  ForwardInputs in;
+  in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, const_cast<int32_t*>(tokens.data()));
+  in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, pos.data());
+  in.n_past = n_past_;
+  in.n_tokens = T;
+  in.all_logits = all_logits;
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
+                                {p.head_dim, p.n_head_kv, n_ctx_, 1},
+                                k_cache_[size_t(l)]->host_ptr()));
+    in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
+                                {p.head_dim, p.n_head_kv, n_ctx_, 1},
+                                v_cache_[size_t(l)]->host_ptr()));
+  }
+  Tensor* logits = model_->model->build_graph(g, in);
+  scheduler_->run(g, {logits});
+  const size_t n = size_t(logits->n_elements());
+  const float* data = static_cast<const float*>(logits->data);
+  out.insert(out.end(), data, data + n);
+  n_past_ += T;
+}
+
+}  // namespace ps

@@ -1,0 +1,69 @@
+#pragma once
+// A loaded model plus a context on one device: the KV cache, the scheduler and the batching
+// of prompt tokens. This is the layer the CLI and the server talk to.
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ps::gguf {
+class File;
+}
+
+namespace ps {
+
+struct LoadedModel {
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  double load_seconds = 0;
+  // Opens and validates the file, builds the architecture and the tokenizer.
+  static std::shared_ptr<LoadedModel> load(const std::string& path, bool with_tokenizer = true);
+};
+
+struct SessionOptions {
+  int n_ctx = 0;      // 0: the model's training context, capped at 4096
+  int n_batch = 512;  // prompt tokens per forward pass
+  int n_threads = 0;  // 0: physical cores
+  std::string device;  // "" chooses by the default policy
+  bool strict = false;
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts);
+  ~Session();
+
+  // Feeds tokens after what the context already holds. Returns the logits of the last token,
+  // or of every token when all_logits (n_tokens x n_vocab). UsageError when the context would
+  // overflow.
+  std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+  void reset() { n_past_ = 0; }
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return n_ctx_; }
+  const Device& device() const { return *device_; }
+  const std::string& device_reason() const { return device_reason_; }
+  const PlacementReport& placement() const { return scheduler_->report(); }
+  const LoadedModel& model() const { return *model_; }
+  size_t kv_cache_bytes() const;
+
+ private:
+  void forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
+
+  std::shared_ptr<const LoadedModel> model_;
+  std::unique_ptr<Device> device_;
+  std::string device_reason_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
+  int n_ctx_ = 0;
+  int n_batch_ = 512;
+  int n_past_ = 0;
+};
+
+}  // namespace ps

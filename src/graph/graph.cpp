@@ -1,0 +1,200 @@
+#include "graph/graph.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace ps {
+
+const char* op_name(OpKind op) {
+  switch (op) {
+    case OpKind::None: return "none";
+    case OpKind::View: return "view";
+    case OpKind::GetRows: return "get_rows";
+    case OpKind::MatMul: return "matmul";
+    case OpKind::RmsNorm: return "rms_norm";
+    case OpKind::Mul: return "mul";
+    case OpKind::Add: return "add";
+    case OpKind::Silu: return "silu";
+    case OpKind::Gelu: return "gelu";
+    case OpKind::SwiGlu: return "swiglu";
+    case OpKind::Rope: return "rope";
+    case OpKind::SoftMax: return "softmax";
+    case OpKind::Copy: return "copy";
+    case OpKind::Attention: return "attention";
+    case OpKind::Count: break;
+  }
+  return "?";
+}
+
+size_t Tensor::n_bytes() const {
+  if (n_elements() == 0) return 0;
+  size_t last = row_bytes(type, ne[0]);
+  for (int d = 1; d < 4; ++d) last += size_t(ne[d] - 1) * nb[d];
+  return last;
+}
+
+bool Tensor::is_contiguous() const {
+  size_t expect = row_bytes(type, ne[0]);
+  if (nb[0] != dtype_info(type).block_bytes) return false;
+  for (int d = 1; d < 4; ++d) {
+    if (ne[d] > 1 && nb[d] != expect) return false;
+    expect *= size_t(ne[d]);
+  }
+  return true;
+}
+
+void Tensor::set_contiguous_strides() {
+  nb[0] = dtype_info(type).block_bytes;
+  nb[1] = row_bytes(type, ne[0]);
+  for (int d = 2; d < 4; ++d) nb[d] = nb[d - 1] * size_t(ne[d - 1]);
+}
+
+namespace {
+
+std::string shape(const Tensor* t) {
+  return fmt::format("{}[{},{},{},{}]", dtype_name(t->type), t->ne[0], t->ne[1], t->ne[2],
+                     t->ne[3]);
+}
+
+[[noreturn]] void bad_shapes(OpKind op, const Tensor* a, const Tensor* b) {
+  throw ModelError(fmt::format("{}: incompatible shapes {} and {} ({} and {})", op_name(op),
+                               shape(a), shape(b), a->name, b ? b->name : ""));
+}
+
+bool broadcasts_rows(const Tensor* a, const Tensor* b) {
+  if (a->ne[0] != b->ne[0]) return false;
+  for (int d = 1; d < 4; ++d)
+    if (b->ne[d] != 1 && b->ne[d] != a->ne[d]) return false;
+  return true;
+}
+
+}  // namespace
+
+Tensor* Graph::leaf(std::string name, DType type, std::array<int64_t, 4> ne, void* data) {
+  Tensor& t = storage_.emplace_back();
+  t.name = std::move(name);
+  t.type = type;
+  t.ne = ne;
+  t.data = data;
+  if (ne[0] % block_size(type) != 0)
+    throw ModelError(fmt::format("tensor '{}': row of {} is not a whole number of {} blocks",
+                                 t.name, ne[0], dtype_name(type)));
+  t.set_contiguous_strides();
+  all_.push_back(&t);
+  return &t;
+}
+
+Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
+                    std::initializer_list<Tensor*> src) {
+  Tensor& t = storage_.emplace_back();
+  t.op = op;
+  t.type = type;
+  t.ne = ne;
+  t.set_contiguous_strides();
+  int i = 0;
+  for (Tensor* s : src) t.src[size_t(i++)] = s;
+  t.name = fmt::format("{}#{}", op_name(op), nodes_.size());
+  all_.push_back(&t);
+  nodes_.push_back(&t);
+  return &t;
+}
+
+Tensor* Graph::view(Tensor* t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb,
+                    size_t offset) {
+  Tensor* v = node(OpKind::View, t->type, ne, {t});
+  v->nb = nb;
+  v->view_offset = offset;
+  if (v->n_bytes() + offset > t->n_bytes())
+    throw ModelError(fmt::format("view of {} with shape {} at offset {} exceeds it", t->name,
+                                 shape(v), offset));
+  return v;
+}
+
+Tensor* Graph::reshape(Tensor* t, std::array<int64_t, 4> ne) {
+  if (!t->is_contiguous() || ne[0] * ne[1] * ne[2] * ne[3] != t->n_elements())
+    throw ModelError(fmt::format("reshape of {} {} to [{},{},{},{}] is not possible", t->name,
+                                 shape(t), ne[0], ne[1], ne[2], ne[3]));
+  Tensor probe;
+  probe.type = t->type;
+  probe.ne = ne;
+  probe.set_contiguous_strides();
+  return view(t, ne, probe.nb, 0);
+}
+
+Tensor* Graph::get_rows(Tensor* table, Tensor* ids) {
+  if (ids->type != DType::I32 || ids->ne[1] != 1) bad_shapes(OpKind::GetRows, table, ids);
+  return node(OpKind::GetRows, DType::F32, {table->ne[0], ids->ne[0], 1, 1}, {table, ids});
+}
+
+Tensor* Graph::matmul(Tensor* w, Tensor* x) {
+  if (w->ne[0] != x->ne[0] || x->type != DType::F32 || w->ne[2] != 1 || x->ne[2] != 1)
+    bad_shapes(OpKind::MatMul, w, x);
+  return node(OpKind::MatMul, DType::F32, {w->ne[1], x->ne[1], 1, 1}, {w, x});
+}
+
+Tensor* Graph::rms_norm(Tensor* x, float eps) {
+  Tensor* t = node(OpKind::RmsNorm, DType::F32, x->ne, {x});
+  t->fparams[0] = eps;
+  return t;
+}
+
+Tensor* Graph::mul(Tensor* a, Tensor* b) {
+  if (!broadcasts_rows(a, b)) bad_shapes(OpKind::Mul, a, b);
+  return node(OpKind::Mul, DType::F32, a->ne, {a, b});
+}
+
+Tensor* Graph::add(Tensor* a, Tensor* b) {
+  if (!broadcasts_rows(a, b)) bad_shapes(OpKind::Add, a, b);
+  return node(OpKind::Add, DType::F32, a->ne, {a, b});
+}
+
+Tensor* Graph::silu(Tensor* x) { return node(OpKind::Silu, DType::F32, x->ne, {x}); }
+Tensor* Graph::gelu(Tensor* x) { return node(OpKind::Gelu, DType::F32, x->ne, {x}); }
+
+Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
+  if (gate->ne != up->ne) bad_shapes(OpKind::SwiGlu, gate, up);
+  return node(OpKind::SwiGlu, DType::F32, gate->ne, {gate, up});
+}
+
+Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale,
+                    RopeMode mode) {
+  if (pos->type != DType::I32 || pos->ne[0] != x->ne[2] || n_rot > x->ne[0] || n_rot % 2 != 0)
+    bad_shapes(OpKind::Rope, x, pos);
+  Tensor* t = node(OpKind::Rope, DType::F32, x->ne, {x, pos});
+  t->iparams[0] = n_rot;
+  t->iparams[1] = int32_t(mode);
+  t->fparams[0] = freq_base;
+  t->fparams[1] = freq_scale;
+  return t;
+}
+
+Tensor* Graph::softmax(Tensor* x, float scale, int32_t causal_offset) {
+  Tensor* t = node(OpKind::SoftMax, DType::F32, x->ne, {x});
+  t->fparams[0] = scale;
+  t->iparams[0] = causal_offset;
+  return t;
+}
+
+Tensor* Graph::copy(Tensor* src, Tensor* dst) {
+  if (src->n_elements() != dst->n_elements() || src->ne[0] != dst->ne[0])
+    bad_shapes(OpKind::Copy, src, dst);
+  Tensor* t = node(OpKind::Copy, dst->type, dst->ne, {src, dst});
+  t->nb = dst->nb;
+  return t;
+}
+
+Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past,
+                         float scale) {
+  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
+  if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
+      n_head % k_cache->ne[1] != 0 || n_past + n_tokens > k_cache->ne[2])
+    bad_shapes(OpKind::Attention, q, k_cache);
+  Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1}, {q, k_cache, v_cache});
+  t->iparams[0] = n_past;
+  t->iparams[1] = int32_t(n_past + n_tokens);
+  t->fparams[0] = scale;
+  return t;
+}
+
+}  // namespace ps

@@ -1,0 +1,50 @@
+#pragma once
+// The op graph for one forward pass. Builders append nodes in execution order; the graph owns
+// its tensors. Weights and caches enter as leaves that point at memory someone else owns.
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/tensor.h"
+
+namespace ps {
+
+class Graph {
+ public:
+  // Leaves.
+  Tensor* leaf(std::string name, DType type, std::array<int64_t, 4> ne, void* data = nullptr);
+  // Views share their source's bytes.
+  Tensor* reshape(Tensor* t, std::array<int64_t, 4> ne);
+  Tensor* view(Tensor* t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb, size_t offset);
+
+  Tensor* get_rows(Tensor* table, Tensor* ids);
+  Tensor* matmul(Tensor* w, Tensor* x);
+  Tensor* rms_norm(Tensor* x, float eps);
+  Tensor* mul(Tensor* a, Tensor* b);
+  Tensor* add(Tensor* a, Tensor* b);
+  Tensor* silu(Tensor* x);
+  Tensor* gelu(Tensor* x);
+  Tensor* swiglu(Tensor* gate, Tensor* up);
+  Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale,
+               RopeMode mode);
+  Tensor* softmax(Tensor* x, float scale, int32_t causal_offset);
+  // Writes src converted to dst's type into dst's bytes; returns a node later ops may depend on.
+  Tensor* copy(Tensor* src, Tensor* dst);
+  // Causal attention of n_tokens queries at positions n_past.. over cache positions
+  // [0, n_past + n_tokens). The cache writes for these tokens must come earlier in the graph.
+  Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale);
+
+  // Every tensor in creation order; nodes() are the ones with an op (View included).
+  const std::vector<Tensor*>& nodes() const { return nodes_; }
+  std::span<Tensor* const> all() const { return all_; }
+
+ private:
+  Tensor* node(OpKind op, DType type, std::array<int64_t, 4> ne, std::initializer_list<Tensor*> src);
+  std::deque<Tensor> storage_;
+  std::vector<Tensor*> all_;
+  std::vector<Tensor*> nodes_;
+};
+
+}  // namespace ps

@@ -1,0 +1,57 @@
+#pragma once
+// A tensor of the op graph: shape, strides, type, where its bytes are, and (for computed
+// tensors) the op and inputs that produce it. Dimension 0 is the innermost, contiguous one,
+// as in GGUF.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace ps {
+
+enum class OpKind : uint8_t {
+  None,      // a leaf: weights, inputs, KV cache
+  View,      // shares src[0]'s bytes (reshape / slice); no kernel runs
+  GetRows,   // src0: table [n, rows] any dtype, src1: I32 ids [k] -> F32 [n, k]
+  MatMul,    // src0: weight [K, N] any dtype, src1: F32 [K, M] -> F32 [N, M]
+  RmsNorm,   // src0 F32 [n, ...]; fparams[0] = eps
+  Mul,       // src0 * src1, src1 broadcast over rows when src1->ne[1..3] == 1
+  Add,       // src0 + src1, broadcast as Mul
+  Silu,
+  Gelu,      // tanh approximation
+  SwiGlu,    // silu(src0) * src1
+  Rope,      // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens]
+  SoftMax,   // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
+  Copy,      // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
+  Attention, // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx]
+  Count,
+};
+
+const char* op_name(OpKind op);
+
+enum class RopeMode : int32_t { Normal = 0, NeoX = 2 };
+
+struct Tensor {
+  std::string name;
+  DType type = DType::F32;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  std::array<size_t, 4> nb{};  // byte strides
+  void* data = nullptr;        // host pointer for CPU-resident tensors
+  OpKind op = OpKind::None;
+  std::array<Tensor*, 4> src{};
+  std::array<int32_t, 8> iparams{};
+  std::array<float, 4> fparams{};
+  size_t view_offset = 0;  // for View: byte offset into src[0]
+  int device = -1;         // placement chosen by the scheduler
+
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  size_t n_bytes() const;
+  bool is_contiguous() const;
+  // Recomputes nb for a contiguous layout of the current type and ne.
+  void set_contiguous_strides();
+};
+
+}  // namespace ps

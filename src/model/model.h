@@ -1,0 +1,69 @@
+#pragma once
+// An architecture turns a GGUF file's metadata and tensors into forward graphs. Models know
+// nothing about backends: weights enter graphs as leaves pointing at the file mapping.
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace ps::gguf {
+class File;
+}
+
+namespace ps {
+
+struct ModelParams {
+  std::string architecture;
+  std::string name;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ff = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_rot = 0;
+  float norm_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  RopeMode rope_mode = RopeMode::Normal;
+  bool tied_output = false;
+  uint64_t n_params = 0;      // elements of all weights
+  uint64_t weight_bytes = 0;  // bytes of all weights as stored
+};
+
+// Inputs of one forward pass over n_tokens tokens at positions [n_past, n_past + n_tokens).
+struct ForwardInputs {
+  Tensor* tokens = nullptr;     // I32 [n_tokens]
+  Tensor* positions = nullptr;  // I32 [n_tokens]
+  int32_t n_past = 0;
+  int32_t n_tokens = 0;
+  std::vector<Tensor*> k_cache, v_cache;  // per layer [head_dim, n_head_kv, n_ctx]
+  bool all_logits = false;                // else only the last token's
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Picks the architecture from general.architecture; ModelError when unsupported or when a
+  // tensor is missing, misshapen or of a type without kernels.
+  static std::unique_ptr<Model> load(const gguf::File& file);
+
+  const ModelParams& params() const { return params_; }
+  // Returns the logits tensor [n_vocab, n_out].
+  virtual Tensor* build_graph(Graph& g, const ForwardInputs& in) const = 0;
+
+ protected:
+  // A weight leaf over the file mapping, checked against the expected shape.
+  Tensor* weight(const gguf::File& f, const std::string& name, std::array<int64_t, 4> ne,
+                 bool optional = false);
+  ModelParams params_;
+  std::deque<Tensor> weights_;
+};
+
+std::unique_ptr<Model> make_llama_model(const gguf::File& file);
+
+}  // namespace ps

@@ -1,0 +1,297 @@
+// Every CPU kernel against a plain scalar reference, on random data of awkward shapes, through
+// the same graph + scheduler path the engine uses, with 1 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/registry.h"
+#include "core/fp16.h"
+#include "graph/graph.h"
+#include "scheduler/scheduler.h"
+
+namespace ps {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> quantize(DType t, const std::vector<float>& v, int64_t row) {
+  std::vector<uint8_t> q(row_bytes(t, row) * (v.size() / size_t(row)));
+  for (size_t r = 0; r < v.size() / size_t(row); ++r)
+    quantize_row(t, v.data() + r * size_t(row), q.data() + r * row_bytes(t, row), row);
+  return q;
+}
+
+std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t row) {
+  const size_t rows = q.size() / row_bytes(t, row);
+  std::vector<float> v(rows * size_t(row));
+  for (size_t r = 0; r < rows; ++r)
+    dequantize_row(t, q.data() + r * row_bytes(t, row), v.data() + r * size_t(row), row);
+  return v;
+}
+
+struct Runner {
+  explicit Runner(int threads) {
+    DeviceOptions o;
+    o.n_threads = threads;
+    device = Registry::global().open("cpu", o);
+  }
+  std::vector<float> run(Graph& g, Tensor* out) {
+    Scheduler s({device.get()}, true);
+    s.run(g, {out});
+    const float* p = static_cast<const float*>(out->data);
+    return std::vector<float>(p, p + out->n_elements());
+  }
+  std::unique_ptr<Device> device;
+};
+
+class CpuOps : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::Values(1, 3));
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                              DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
+
+TEST_P(CpuOps, MatmulEveryDtypeAgainstDequantizedReference) {
+  Runner r(GetParam());
+  for (DType t : kWeightTypes) {
+    for (int64_t M : {1, 3, 17}) {
+      const int64_t K = block_size(t) == 1 ? 83 : 32 * 7, N = 37;
+      auto wf = random_floats(size_t(K * N), 11 + uint32_t(M));
+      auto x = random_floats(size_t(K * M), 23 + uint32_t(M));
+      auto wq = quantize(t, wf, K);
+      auto wd = dequantize(t, wq, K);  // what the kernel should be multiplying
+      Graph g;
+      Tensor* w = g.leaf("w", t, {K, N, 1, 1}, wq.data());
+      Tensor* xt = g.leaf("x", DType::F32, {K, M, 1, 1}, x.data());
+      Tensor* y = g.matmul(w, xt);
+      auto got = r.run(g, y);
+      const bool act_quantized = block_size(t) > 1;
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, bound = 0;
+          for (int64_t b = 0; b < K; b += 32) {
+            double amax = 0, wsum = 0;
+            for (int64_t k = b; k < std::min(K, b + 32); ++k) {
+              const double wk = wd[size_t(n * K + k)], xk = x[size_t(m * K + k)];
+              ref += wk * xk;
+              amax = std::max(amax, std::fabs(xk));
+              wsum += std::fabs(wk);
+              bound += 1e-5 * std::fabs(wk * xk);
+            }
+            // 8-bit activations: each value is off by at most half a step of amax/127.
+            if (act_quantized) bound += wsum * amax / 254.0 * 1.01;
+          }
+          EXPECT_NEAR(got[size_t(m * N + n)], ref, bound + 1e-5)
+              << dtype_name(t) << " M=" << M << " n=" << n << " m=" << m;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuOps, GetRowsEveryDtype) {
+  Runner r(GetParam());
+  for (DType t : kWeightTypes) {
+    const int64_t n = block_size(t) == 1 ? 45 : 96, rows = 13;
+    auto tf = random_floats(size_t(n * rows), 5);
+    auto tq = quantize(t, tf, n);
+    auto td = dequantize(t, tq, n);
+    std::vector<int32_t> ids = {12, 0, 7, 7, 3};
+    Graph g;
+    Tensor* table = g.leaf("t", t, {n, rows, 1, 1}, tq.data());
+    Tensor* id = g.leaf("ids", DType::I32, {int64_t(ids.size()), 1, 1, 1}, ids.data());
+    auto got = r.run(g, g.get_rows(table, id));
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(got[i * size_t(n) + size_t(j)], td[size_t(ids[i] * n + j)]) << dtype_name(t);
+  }
+}
+
+TEST_P(CpuOps, RmsNormAndBroadcastMul) {
+  Runner r(GetParam());
+  const int64_t n = 77, rows = 9;
+  auto x = random_floats(size_t(n * rows), 3, 2.0f);
+  auto w = random_floats(size_t(n), 4);
+  Graph g;
+  Tensor* xt = g.leaf("x", DType::F32, {n, rows, 1, 1}, x.data());
+  Tensor* wt = g.leaf("w", DType::F32, {n, 1, 1, 1}, w.data());
+  auto got = r.run(g, g.mul(g.rms_norm(xt, 1e-5f), wt));
+  for (int64_t i = 0; i < rows; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += double(x[size_t(i * n + j)]) * x[size_t(i * n + j)];
+    const double s = 1.0 / std::sqrt(ss / double(n) + 1e-5);
+    for (int64_t j = 0; j < n; ++j) {
+      const double ref = x[size_t(i * n + j)] * s * w[size_t(j)];
+      ASSERT_NEAR(got[size_t(i * n + j)], ref, 1e-5 * (1 + std::fabs(ref)));
+    }
+  }
+}
+
+TEST_P(CpuOps, ElementwiseOps) {
+  Runner r(GetParam());
+  const int64_t n = 53, rows = 7;
+  auto a = random_floats(size_t(n * rows), 8, 3.0f);
+  auto b = random_floats(size_t(n * rows), 9, 3.0f);
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  auto gelu = [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  for (OpKind op : {OpKind::Add, OpKind::Mul, OpKind::Silu, OpKind::Gelu, OpKind::SwiGlu}) {
+    Graph g;
+    Tensor* at = g.leaf("a", DType::F32, {n, rows, 1, 1}, a.data());
+    Tensor* bt = g.leaf("b", DType::F32, {n, rows, 1, 1}, b.data());
+    Tensor* out = op == OpKind::Add    ? g.add(at, bt)
+                  : op == OpKind::Mul  ? g.mul(at, bt)
+                  : op == OpKind::Silu ? g.silu(at)
+                  : op == OpKind::Gelu ? g.gelu(at)
+                                       : g.swiglu(at, bt);
+    auto got = r.run(g, out);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double x = a[i], y = b[i];
+      const double ref = op == OpKind::Add    ? x + y
+                         : op == OpKind::Mul  ? x * y
+                         : op == OpKind::Silu ? silu(x)
+                         : op == OpKind::Gelu ? gelu(x)
+                                              : silu(x) * y;
+      ASSERT_NEAR(got[i], ref, 1e-5 * (1 + std::fabs(ref))) << op_name(op) << " at " << i;
+    }
+  }
+}
+
+TEST_P(CpuOps, RopeNormalAndNeoX) {
+  Runner r(GetParam());
+  const int64_t hd = 12, heads = 3, T = 5;
+  const int n_rot = 8;
+  auto x = random_floats(size_t(hd * heads * T), 10);
+  std::vector<int32_t> pos = {0, 1, 7, 100, 3};
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
+    Graph g;
+    Tensor* xt = g.leaf("x", DType::F32, {hd, heads, T, 1}, x.data());
+    Tensor* pt = g.leaf("p", DType::I32, {T, 1, 1, 1}, pos.data());
+    const float base = 10000.0f, scale = 0.25f;
+    auto got = r.run(g, g.rope(xt, pt, n_rot, base, scale, mode));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* in = x.data() + (t * heads + h) * hd;
+        const float* out = got.data() + (t * heads + h) * hd;
+        for (int i = 0; i < n_rot / 2; ++i) {
+          const double th = pos[size_t(t)] * scale * std::pow(double(base), -2.0 * i / n_rot);
+          const int a = mode == RopeMode::NeoX ? i : 2 * i;
+          const int b = mode == RopeMode::NeoX ? i + n_rot / 2 : 2 * i + 1;
+          EXPECT_NEAR(out[a], in[a] * std::cos(th) - in[b] * std::sin(th), 1e-5);
+          EXPECT_NEAR(out[b], in[a] * std::sin(th) + in[b] * std::cos(th), 1e-5);
+        }
+        for (int64_t i = n_rot; i < hd; ++i) EXPECT_EQ(out[i], in[i]);
+      }
+  }
+}
+
+TEST_P(CpuOps, SoftmaxWithAndWithoutCausalMask) {
+  Runner r(GetParam());
+  const int64_t n = 19, rows = 6;
+  auto x = random_floats(size_t(n * rows), 12, 4.0f);
+  for (int32_t causal : {-1, 0, 5}) {
+    Graph g;
+    Tensor* xt = g.leaf("x", DType::F32, {n, rows, 1, 1}, x.data());
+    auto got = r.run(g, g.softmax(xt, 0.7f, causal));
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t vis = causal < 0 ? n : std::min<int64_t>(n, i + causal + 1);
+      double mx = -1e30, sum = 0;
+      for (int64_t j = 0; j < vis; ++j) mx = std::max(mx, 0.7 * x[size_t(i * n + j)]);
+      for (int64_t j = 0; j < vis; ++j) sum += std::exp(0.7 * x[size_t(i * n + j)] - mx);
+      for (int64_t j = 0; j < n; ++j) {
+        const double ref = j < vis ? std::exp(0.7 * x[size_t(i * n + j)] - mx) / sum : 0.0;
+        ASSERT_NEAR(got[size_t(i * n + j)], ref, 1e-6) << "causal " << causal;
+      }
+    }
+  }
+}
+
+TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
+  Runner r(GetParam());
+  const int64_t hd = 16, n_head = 6, n_kv = 2, n_ctx = 23, T = 4;
+  const int32_t n_past = 9;
+  auto q = random_floats(size_t(hd * n_head * T), 13);
+  auto kf = random_floats(size_t(hd * n_kv * n_ctx), 14);
+  auto vf = random_floats(size_t(hd * n_kv * n_ctx), 15);
+  std::vector<uint16_t> k(kf.size()), v(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+  Graph g;
+  Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+  Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
+  Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
+  const float scale = 0.3f;
+  auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t kvh = h / (n_head / n_kv), vis = n_past + t + 1;
+      std::vector<double> s(static_cast<size_t>(vis));
+      double mx = -1e30;
+      for (int64_t j = 0; j < vis; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i)
+          d += double(q[size_t((t * n_head + h) * hd + i)]) *
+               fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
+        s[size_t(j)] = d * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t i = 0; i < hd; ++i) {
+        double ref = 0;
+        for (int64_t j = 0; j < vis; ++j)
+          ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
+        ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5) << t << " " << h;
+      }
+    }
+}
+
+TEST_P(CpuOps, CopyConvertsIntoAStridedView) {
+  Runner r(GetParam());
+  const int64_t n = 64, rows = 3, dst_rows = 8;
+  auto x = random_floats(size_t(n * rows), 16);
+  for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q8_0}) {
+    std::vector<uint8_t> dst(row_bytes(t, n) * dst_rows, 0xAB);
+    Graph g;
+    Tensor* src = g.leaf("x", DType::F32, {n, rows, 1, 1}, x.data());
+    Tensor* d = g.leaf("cache", t, {n, dst_rows, 1, 1}, dst.data());
+    Tensor* slot = g.view(d, {n, rows, 1, 1}, d->nb, 2 * d->nb[1]);
+    Tensor* c = g.copy(src, slot);
+    Scheduler s({r.device.get()}, true);
+    s.run(g, {c});
+    for (int64_t i = 0; i < rows; ++i) {
+      std::vector<uint8_t> expect(row_bytes(t, n));
+      quantize_row(t, x.data() + i * n, expect.data(), n);
+      ASSERT_EQ(0, std::memcmp(expect.data(), dst.data() + (i + 2) * row_bytes(t, n),
+                               expect.size()))
+          << dtype_name(t);
+    }
+    EXPECT_EQ(dst[0], 0xAB);  // rows outside the view are untouched
+    EXPECT_EQ(dst.back(), 0xAB);
+  }
+}
+
+TEST(Scheduler, ReusesMemoryOfDeadIntermediates) {
+  Runner r(1);
+  const int64_t n = 1024;
+  auto x = random_floats(size_t(n), 17);
+  Graph g;
+  Tensor* t = g.leaf("x", DType::F32, {n, 1, 1, 1}, x.data());
+  for (int i = 0; i < 20; ++i) t = g.silu(t);
+  Scheduler s({r.device.get()}, true);
+  s.run(g, {t});
+  // A chain needs two live buffers at a time, not twenty.
+  EXPECT_LE(s.arena_bytes(), size_t(3 * n * 4));
+  double v = x[5];
+  for (int i = 0; i < 20; ++i) v = v / (1 + std::exp(-v));
+  EXPECT_NEAR(static_cast<float*>(t->data)[5], v, 1e-5);
+}
+
+}  // namespace
+}  // namespace ps
