@@ -145,7 +145,7 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
-    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = int8_t(std::nearbyint(x[j] * id));
+    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = int8_t(std::round(x[j] * id));  // halves away from zero, as llama.cpp
   }
 }
 
