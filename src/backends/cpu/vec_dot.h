@@ -10,24 +10,38 @@
 
 namespace ps::cpu {
 
+// GGUF's Q8_1 block. Only activations use it, so it lives with the kernels rather than in core:
+// s = d * sum(qs) lets a weight block's offset m contribute m * s without touching qs.
+struct BlockQ8_1 {
+  uint16_t d;  // fp16 bits
+  uint16_t s;  // fp16 bits of d * sum(qs), computed with the unrounded d
+  int8_t qs[QK8_0];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
 // out = sum_i w[i] * a[i] over n elements (n a multiple of the weight's block size).
 using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // Converts n F32 activations into the activation type.
 using ActFromF32Fn = void (*)(const float* x, void* dst, int64_t n);
 
 struct DotKernel {
-  DType act_type;         // F32, Q8_0 or Q8_1
+  DType act_type;  // F32, Q8_0 or Q8_1
   ActFromF32Fn act_from_f32;
   VecDotFn dot;
 };
 
 // The kernel for weight type w at ISA level isa (falls back to lower levels for types a level
-// does not specialize). Throws BackendError for a non-computable type.
+// does not specialize). The level is also capped at best_isa_level(), so a caller can never
+// reach instructions the CPU lacks. Throws BackendError for a non-computable type.
 const DotKernel& dot_kernel(DType w, IsaLevel isa);
 
-// Per-level tables; a null entry means "use the level below".
+// Per-level tables; a null entry means "use the level below". Only call the functions of a
+// level the CPU supports.
 const DotKernel* dot_kernel_scalar(DType w);
 const DotKernel* dot_kernel_avx2(DType w);
 const DotKernel* dot_kernel_avx512(DType w);
+
+// The F32 "conversion" (a copy), shared by every level's float-weight kernels.
+void act_copy_f32(const float* x, void* dst, int64_t n);
 
 }  // namespace ps::cpu

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Writes a llama-architecture GGUF with random weights and a minimal SentencePiece vocab.
+
+The file follows the layout and metadata keys of llama.cpp's convert script, so it loads as a
+real model. Weights are random (normal, scaled by 1/sqrt(fan_in) so that every projection keeps
+activations O(1) and attention scores are neither uniform nor one-hot); norm weights are near 1.
+
+RoPE convention: like every llama GGUF, attn_q / attn_k are meant for ggml's NORMAL rope mode,
+which rotates adjacent pairs (x[2i], x[2i+1]). The convert script permutes Hugging Face rows
+to get there; random weights need no permutation, they are simply defined in this convention.
+
+Tensors are generated and written one at a time (each from its own seed), so a bench-1b file
+needs memory for one tensor, not for the whole model.
+
+Usage: make_llama_gguf.py --out model.gguf [--preset tiny|bench-1b] [--dtype Q4_0] [--tied] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import string
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+SUPPORTED_DTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+
+FILE_TYPE = {
+    "F32": gguf.LlamaFileType.ALL_F32,
+    "F16": gguf.LlamaFileType.MOSTLY_F16,
+    "BF16": gguf.LlamaFileType.MOSTLY_BF16,
+    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
+    "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+}
+
+PRESETS = {
+    "tiny": dict(n_vocab=559, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=160, ctx=256),
+    "bench-1b": dict(
+        n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
+    ),
+}
+
+N_SPECIAL = 3  # <unk>, <s>, </s>
+N_FIXED_TOKENS = N_SPECIAL + 256  # plus one byte token per byte value
+
+
+@dataclass
+class ModelParams:
+    n_vocab: int = 559
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 160
+    ctx: int = 256
+    dtype: str = "F32"
+    embd_dtype: str | None = None  # token_embd type; defaults to dtype
+    tied: bool = False
+    rope_scaling: str = "none"
+    rope_scale_factor: float = 1.0
+    rope_freq_base: float = 10000.0
+    rms_eps: float = 1e-5
+    seed: int = 0
+    name: str = "polystack-random-llama"
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def make_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """SentencePiece-style vocab: specials, 256 byte tokens, then made-up word pieces."""
+    if n_vocab < N_FIXED_TOKENS + 1:
+        raise ValueError(f"n_vocab must be at least {N_FIXED_TOKENS + 1}")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256
+    scores = [0.0] * len(tokens)
+
+    def pieces():
+        yield "\u2581"
+        for length in itertools.count(1):
+            for letters in itertools.product(string.ascii_lowercase, repeat=length):
+                word = "".join(letters)
+                yield "\u2581" + word
+                yield word
+
+    for rank, piece in enumerate(itertools.islice(pieces(), n_vocab - len(tokens))):
+        tokens.append(piece)
+        types.append(gguf.TokenType.NORMAL)
+        # SentencePiece scores are log-probabilities: shorter, earlier pieces are likelier.
+        scores.append(-float(rank))
+    return tokens, scores, [int(t) for t in types]
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]  # numpy order: (rows, row_length); GGUF stores it reversed
+    qtype: QT
+    make: Callable[[np.random.Generator], np.ndarray]
+
+
+def tensor_specs(p: ModelParams) -> list[TensorSpec]:
+    wtype = QT[p.dtype]
+    etype = QT[p.embd_dtype or p.dtype]
+    hd = p.head_dim
+
+    def normal(shape, std):
+        return lambda rng: (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+
+    def norm_weight(n):
+        return lambda rng: (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(
+            np.float32
+        )
+
+    def proj(rows, cols):
+        return normal((rows, cols), 1.0 / np.sqrt(cols))
+
+    # The embedding feeds RMSNorm, so its scale only matters when it is also the output matrix:
+    # n_embd^-1/4 keeps tied logits at a standard deviation of about n_embd^1/4.
+    specs = [
+        TensorSpec("token_embd.weight", (p.n_vocab, p.n_embd), etype,
+                   normal((p.n_vocab, p.n_embd), p.n_embd**-0.25)),
+    ]
+    for i in range(p.n_layer):
+        b = f"blk.{i}."
+        specs += [
+            TensorSpec(b + "attn_norm.weight", (p.n_embd,), QT.F32, norm_weight(p.n_embd)),
+            TensorSpec(b + "attn_q.weight", (p.n_head * hd, p.n_embd), wtype,
+                       proj(p.n_head * hd, p.n_embd)),
+            TensorSpec(b + "attn_k.weight", (p.n_head_kv * hd, p.n_embd), wtype,
+                       proj(p.n_head_kv * hd, p.n_embd)),
+            TensorSpec(b + "attn_v.weight", (p.n_head_kv * hd, p.n_embd), wtype,
+                       proj(p.n_head_kv * hd, p.n_embd)),
+            TensorSpec(b + "attn_output.weight", (p.n_embd, p.n_head * hd), wtype,
+                       proj(p.n_embd, p.n_head * hd)),
+            TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32, norm_weight(p.n_embd)),
+            TensorSpec(b + "ffn_gate.weight", (p.n_ff, p.n_embd), wtype, proj(p.n_ff, p.n_embd)),
+            TensorSpec(b + "ffn_up.weight", (p.n_ff, p.n_embd), wtype, proj(p.n_ff, p.n_embd)),
+            TensorSpec(b + "ffn_down.weight", (p.n_embd, p.n_ff), wtype, proj(p.n_embd, p.n_ff)),
+        ]
+    specs.append(TensorSpec("output_norm.weight", (p.n_embd,), QT.F32, norm_weight(p.n_embd)))
+    if not p.tied:
+        # Scaled up from 1/sqrt(n_embd) so logits spread over a few units and the argmax is
+        # well separated.
+        specs.append(TensorSpec("output.weight", (p.n_vocab, p.n_embd), wtype,
+                                normal((p.n_vocab, p.n_embd), 2.0 / np.sqrt(p.n_embd))))
+    return specs
+
+
+def encode_tensor(values: np.ndarray, qtype: QT) -> np.ndarray:
+    if qtype == QT.F32:
+        return values.astype(np.float32, copy=False)
+    if qtype == QT.F16:
+        return values.astype(np.float16)
+    return gguf.quants.quantize(values, qtype)  # uint8 blocks (BF16 included)
+
+
+def nbytes_of(shape: tuple[int, ...], qtype: QT) -> int:
+    block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    if shape[-1] % block_size:
+        raise ValueError(f"row length {shape[-1]} is not a multiple of the {qtype.name} "
+                         f"block size {block_size}")
+    return int(np.prod(shape[:-1], dtype=np.int64)) * (shape[-1] // block_size) * type_size
+
+
+def check_params(p: ModelParams) -> None:
+    for t in (p.dtype, p.embd_dtype or p.dtype):
+        if t not in SUPPORTED_DTYPES:
+            raise ValueError(f"unsupported dtype {t}; choose one of {', '.join(SUPPORTED_DTYPES)}")
+    if p.n_embd % p.n_head:
+        raise ValueError("n_embd must be a multiple of n_head")
+    if p.n_head % p.n_head_kv:
+        raise ValueError("n_head must be a multiple of n_head_kv")
+    if p.head_dim % 2:
+        raise ValueError("head dimension must be even for RoPE")
+    if p.rope_scaling not in ("none", "linear"):
+        raise ValueError("rope scaling must be none or linear")
+
+
+def write_model(path: str, p: ModelParams) -> None:
+    check_params(p)
+    specs = tensor_specs(p)
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_name(p.name)
+    writer.add_file_type(int(FILE_TYPE[p.dtype]))
+    if p.dtype.startswith("Q") or (p.embd_dtype or "").startswith("Q"):
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    writer.add_vocab_size(p.n_vocab)
+    writer.add_context_length(p.ctx)
+    writer.add_embedding_length(p.n_embd)
+    writer.add_block_count(p.n_layer)
+    writer.add_feed_forward_length(p.n_ff)
+    writer.add_head_count(p.n_head)
+    writer.add_head_count_kv(p.n_head_kv)
+    writer.add_rope_dimension_count(p.head_dim)
+    writer.add_rope_freq_base(p.rope_freq_base)
+    writer.add_layer_norm_rms_eps(p.rms_eps)
+    if p.rope_scaling == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(p.rope_scale_factor)
+
+    tokens, scores, types = make_vocab(p.n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+
+    for spec in specs:
+        np_dtype = {QT.F32: np.float32, QT.F16: np.float16}.get(spec.qtype, np.float32)
+        raw = None if spec.qtype in (QT.F32, QT.F16) else spec.qtype
+        writer.add_tensor_info(spec.name, spec.shape, np.dtype(np_dtype),
+                               nbytes_of(spec.shape, spec.qtype), raw_dtype=raw)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for index, spec in enumerate(specs):
+        # One generator per tensor: values depend only on (seed, position in the file).
+        rng = np.random.default_rng([p.seed, index])
+        writer.write_tensor_data(encode_tensor(spec.make(rng), spec.qtype))
+    writer.close()
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    for name in ("n-vocab", "n-embd", "n-layer", "n-head", "n-head-kv", "n-ff", "ctx"):
+        ap.add_argument("--" + name, type=int)
+    ap.add_argument("--dtype", default="F32", choices=SUPPORTED_DTYPES,
+                    help="type of the 2-D weight matrices (norms stay F32)")
+    ap.add_argument("--embd-dtype", choices=SUPPORTED_DTYPES,
+                    help="type of token_embd.weight (default: --dtype)")
+    ap.add_argument("--tied", action="store_true",
+                    help="no output.weight: the model reuses token_embd for the output")
+    ap.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
+    ap.add_argument("--rope-scale-factor", type=float, default=1.0)
+    ap.add_argument("--rope-freq-base", type=float, default=10000.0)
+    ap.add_argument("--rms-eps", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="polystack-random-llama")
+    a = ap.parse_args(argv)
+    sizes = dict(PRESETS[a.preset])
+    for key in sizes:
+        value = getattr(a, key)
+        if value is not None:
+            sizes[key] = value
+    p = ModelParams(**sizes, dtype=a.dtype, embd_dtype=a.embd_dtype, tied=a.tied,
+                    rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
+                    rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name)
+    return a.out, p
+
+
+def main(argv: list[str] | None = None) -> int:
+    out, p = parse_args(argv)
+    try:
+        write_model(out, p)
+    except ValueError as e:
+        print(f"make_llama_gguf: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: llama {p.n_layer} layers, n_embd {p.n_embd}, n_head {p.n_head}/"
+          f"{p.n_head_kv}, n_ff {p.n_ff}, vocab {p.n_vocab}, {p.dtype}"
+          f"{', tied' if p.tied else ''}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) dot kernels. Quantized types put two 32-element blocks in one
+// 512-bit vector and sum their 8-bit products straight into int32 lanes with vpdpbusd
+// (unsigned x signed bytes), then scale each block's lanes in float; nothing is summed
+// horizontally until the end of the row. Float types handle row tails with masked loads.
+//
+// This file is compiled with the AVX-512 flags: it calls no inline function of a shared header,
+// so no out-of-line copy built with these flags can replace the baseline one at link.
+#include "backends/cpu/vec_dot.h"
+
+#if defined(__x86_64__)
+
+// GCC 12's AVX-512 headers build "undefined" placeholder vectors as `__Y = __Y`, which its
+// uninitialized-use warnings flag once inlined (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+
+namespace ps::cpu {
+namespace {
+
+float hsum(__m128 v) {
+  __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float hsum(__m256 v) {
+  return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// ---- float weights ----------------------------------------------------------------------
+
+// Converts 16 weights starting at p to float; the masked form reads only the lanes in mask.
+struct LoadF32 {
+  using Elem = float;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+};
+struct LoadF16 {
+  using Elem = uint16_t;
+  static __m512 load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load(const uint16_t* p, __mmask16 mask) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+  }
+};
+struct LoadBF16 {
+  using Elem = uint16_t;
+  static __m512 widen(__m256i bits) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+  static __m512 load(const uint16_t* p) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load(const uint16_t* p, __mmask16 mask) {
+    return widen(_mm256_maskz_loadu_epi16(mask, p));
+  }
+};
+
+template <typename Load>
+float dot_float(int64_t n, const void* wv, const void* av) {
+  using Elem = typename Load::Elem;
+  const Elem* w = static_cast<const Elem*>(wv);
+  const float* a = static_cast<const float*>(av);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(Load::load(w + i), _mm512_loadu_ps(a + i), acc0);
+    acc1 = _mm512_fmadd_ps(Load::load(w + i + 16), _mm512_loadu_ps(a + i + 16), acc1);
+    acc2 = _mm512_fmadd_ps(Load::load(w + i + 32), _mm512_loadu_ps(a + i + 32), acc2);
+    acc3 = _mm512_fmadd_ps(Load::load(w + i + 48), _mm512_loadu_ps(a + i + 48), acc3);
+  }
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm512_fmadd_ps(Load::load(w + i), _mm512_loadu_ps(a + i), acc0);
+  }
+  if (i < n) {
+    const __mmask16 mask = __mmask16((1u << (n - i)) - 1);
+    acc1 = _mm512_fmadd_ps(Load::load(w + i, mask), _mm512_maskz_loadu_ps(mask, a + i), acc1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+}
+
+// ---- quantized weights ------------------------------------------------------------------
+
+// Two blocks' 32 bytes each, one block per 256-bit half.
+__m512i load_pair(const int8_t* p0, const int8_t* p1) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+__m256i load_block(const int8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Two blocks' packed nibbles as bytes in element order (element j is the low nibble of qs[j],
+// element j+16 the high one): 128-bit lanes [qs0, qs0 >> 4, qs1, qs1 >> 4], masked to 4 bits.
+__m512i unpack_nibbles_pair(const uint8_t* qs0, const uint8_t* qs1) {
+  __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0)));
+  z = _mm512_mask_broadcast_i32x4(z, 0xff00,
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)));
+  z = _mm512_mask_srli_epi16(z, 0xff00ff00u, z, 4);
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+
+__m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+uint32_t fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return bits;
+}
+
+// Adds 16 to byte j where bit j of the block's qh is set: a byte mask does it in one op.
+__m512i with_fifth_bits_pair(__m512i q, const uint8_t* qh0, const uint8_t* qh1) {
+  const uint64_t bits = uint64_t(fifth_bits(qh0)) | uint64_t(fifth_bits(qh1)) << 32;
+  return _mm512_mask_add_epi8(q, _cvtu64_mask64(bits), q, _mm512_set1_epi8(16));
+}
+
+__m256i with_fifth_bits(__m256i q, const uint8_t* qh) {
+  return _mm256_mask_add_epi8(q, _cvtu32_mask32(fifth_bits(qh)), q, _mm256_set1_epi8(16));
+}
+
+// vpdpbusd multiplies unsigned by signed bytes. Offset weights (w - c with w in 0..31) become
+// w . a - c . a; signed weights move their sign onto the activation (|-128| reads as unsigned
+// 128, still exact).
+__m512i dot_u8_i8_offset(__m512i w, __m512i a, char offset) {
+  const __m512i zero = _mm512_setzero_si512();
+  return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, a),
+                          _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(offset), a));
+}
+__m256i dot_u8_i8_offset(__m256i w, __m256i a, char offset) {
+  const __m256i zero = _mm256_setzero_si256();
+  return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, w, a),
+                          _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(offset), a));
+}
+__m512i dot_u8_i8(__m512i w, __m512i a) {
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
+}
+__m256i dot_u8_i8(__m256i w, __m256i a) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
+}
+__m512i dot_i8_i8(__m512i w, __m512i a) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i a_signed = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), zero, a);
+  return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), a_signed);
+}
+__m256i dot_i8_i8(__m256i w, __m256i a) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i a_signed = _mm256_mask_sub_epi8(a, _mm256_movepi8_mask(w), zero, a);
+  return _mm256_dpbusd_epi32(zero, _mm256_abs_epi8(w), a_signed);
+}
+
+// Products of four fp16 pairs x[k] * y[k], converted in one vector.
+__m128 half_products(uint16_t x0, uint16_t x1, uint16_t x2, uint16_t x3, uint16_t y0, uint16_t y1,
+                     uint16_t y2, uint16_t y3) {
+  const uint64_t xs = uint64_t(x0) | uint64_t(x1) << 16 | uint64_t(x2) << 32 | uint64_t(x3) << 48;
+  const uint64_t ys = uint64_t(y0) | uint64_t(y1) << 16 | uint64_t(y2) << 32 | uint64_t(y3) << 48;
+  const __m256 f = _mm256_cvtph_ps(_mm_set_epi64x(int64_t(ys), int64_t(xs)));
+  return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
+// Scales k and k+1 of four, each over the 8 lanes of its block.
+template <int k>
+__m512 pair_scales(__m128 scales) {
+  const __m512i index = _mm512_set_epi32(k + 1, k + 1, k + 1, k + 1, k + 1, k + 1, k + 1, k + 1, k,
+                                         k, k, k, k, k, k, k);
+  return _mm512_permutexvar_ps(index, _mm512_castps128_ps512(scales));
+}
+
+// One kernel per weight type: pair_dot(w, a) gives the int32 lane sums of blocks w[0], w[1]
+// (8 lanes each), block_dot those of one block; has_offset types add m_w * s_a per block.
+// The scales of four blocks are converted in one vector and spread with vpermps: fewer uops on
+// the shuffle port than four scalar conversions and broadcasts, and the 512-bit integer work
+// (inserts, broadcasts, masked shifts) already leans on that port.
+template <typename WBlock, typename ABlock, __m512i (*pair_dot)(const WBlock*, const ABlock*),
+          __m256i (*block_dot)(const WBlock&, const ABlock&), bool has_offset>
+float dot_quant(int64_t n, const void* wv, const void* av) {
+  const WBlock* w = static_cast<const WBlock*>(wv);
+  const ABlock* a = static_cast<const ABlock*>(av);
+  const int64_t nb = n / 32;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m128 offsets = _mm_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const __m128 scales = half_products(w[b].d, w[b + 1].d, w[b + 2].d, w[b + 3].d, a[b].d,
+                                        a[b + 1].d, a[b + 2].d, a[b + 3].d);
+    acc0 =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_dot(w + b, a + b)), pair_scales<0>(scales), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_dot(w + b + 2, a + b + 2)),
+                           pair_scales<2>(scales), acc1);
+    if constexpr (has_offset) {
+      offsets = _mm_add_ps(offsets, half_products(w[b].m, w[b + 1].m, w[b + 2].m, w[b + 3].m,
+                                                  a[b].s, a[b + 1].s, a[b + 2].s, a[b + 3].s));
+    }
+  }
+  __m256 tail = _mm256_setzero_ps();
+  float tail_offsets = 0;
+  for (; b < nb; ++b) {
+    const float scale = half_to_float(w[b].d) * half_to_float(a[b].d);
+    tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(w[b], a[b])), _mm256_set1_ps(scale), tail);
+    if constexpr (has_offset) tail_offsets += half_to_float(w[b].m) * half_to_float(a[b].s);
+  }
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + hsum(tail);
+  if constexpr (has_offset) sum += hsum(offsets) + tail_offsets;
+  return sum;
+}
+
+__m512i pair_q8_0(const BlockQ8_0* w, const BlockQ8_0* a) {
+  return dot_i8_i8(load_pair(w[0].qs, w[1].qs), load_pair(a[0].qs, a[1].qs));
+}
+__m256i block_q8_0(const BlockQ8_0& w, const BlockQ8_0& a) {
+  return dot_i8_i8(load_block(w.qs), load_block(a.qs));
+}
+
+__m512i pair_q4_0(const BlockQ4_0* w, const BlockQ8_0* a) {
+  return dot_u8_i8_offset(unpack_nibbles_pair(w[0].qs, w[1].qs), load_pair(a[0].qs, a[1].qs), 8);
+}
+__m256i block_q4_0(const BlockQ4_0& w, const BlockQ8_0& a) {
+  return dot_u8_i8_offset(unpack_nibbles(w.qs), load_block(a.qs), 8);
+}
+
+__m512i pair_q5_0(const BlockQ5_0* w, const BlockQ8_0* a) {
+  const __m512i q = with_fifth_bits_pair(unpack_nibbles_pair(w[0].qs, w[1].qs), w[0].qh, w[1].qh);
+  return dot_u8_i8_offset(q, load_pair(a[0].qs, a[1].qs), 16);
+}
+__m256i block_q5_0(const BlockQ5_0& w, const BlockQ8_0& a) {
+  return dot_u8_i8_offset(with_fifth_bits(unpack_nibbles(w.qs), w.qh), load_block(a.qs), 16);
+}
+
+__m512i pair_q4_1(const BlockQ4_1* w, const BlockQ8_1* a) {
+  return dot_u8_i8(unpack_nibbles_pair(w[0].qs, w[1].qs), load_pair(a[0].qs, a[1].qs));
+}
+__m256i block_q4_1(const BlockQ4_1& w, const BlockQ8_1& a) {
+  return dot_u8_i8(unpack_nibbles(w.qs), load_block(a.qs));
+}
+
+__m512i pair_q5_1(const BlockQ5_1* w, const BlockQ8_1* a) {
+  const __m512i q = with_fifth_bits_pair(unpack_nibbles_pair(w[0].qs, w[1].qs), w[0].qh, w[1].qh);
+  return dot_u8_i8(q, load_pair(a[0].qs, a[1].qs));
+}
+__m256i block_q5_1(const BlockQ5_1& w, const BlockQ8_1& a) {
+  return dot_u8_i8(with_fifth_bits(unpack_nibbles(w.qs), w.qh), load_block(a.qs));
+}
+
+// ---- activation quantization --------------------------------------------------------------
+
+// std::round (halves away from zero) for |v| < 2^31, exactly: with t = trunc(v), v - t is
+// exact and trunc(2 (v - t)) is +-1 precisely when the fraction reaches one half.
+__m512i round_half_away(__m512 v) {
+  const __m512i t = _mm512_cvttps_epi32(v);
+  const __m512 frac = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+  return _mm512_add_epi32(t, _mm512_cvttps_epi32(_mm512_add_ps(frac, frac)));
+}
+
+// Bit-identical to the scalar quantizers: the same max, the same d = amax / 127 and 1 / d in
+// scalar float, the same product x * id and rounding, and vcvtps2ph rounds to nearest even as
+// f32_to_fp16 does. vpmovsdb narrows without the lane shuffles of the pack ops.
+template <typename Block, bool with_sum>
+void quantize_act(const float* x, void* dst, int64_t n) {
+  Block* y = static_cast<Block*>(dst);
+  for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const __m512 mul = _mm512_set1_ps(id);
+    const __m512i i0 = round_half_away(_mm512_mul_ps(v0, mul));
+    const __m512i i1 = round_half_away(_mm512_mul_ps(v1, mul));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtsepi32_epi8(i1));
+    y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    if constexpr (with_sum) {
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+      y[b].s = _cvtss_sh(float(sum) * d, _MM_FROUND_TO_NEAREST_INT);
+    }
+  }
+}
+
+constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
+constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>};
+constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,
+                          dot_quant<BlockQ8_0, BlockQ8_0, pair_q8_0, block_q8_0, false>};
+constexpr DotKernel kQ4_0{DType::Q8_0, kActQ8_0,
+                          dot_quant<BlockQ4_0, BlockQ8_0, pair_q4_0, block_q4_0, false>};
+constexpr DotKernel kQ5_0{DType::Q8_0, kActQ8_0,
+                          dot_quant<BlockQ5_0, BlockQ8_0, pair_q5_0, block_q5_0, false>};
+constexpr DotKernel kQ4_1{DType::Q8_1, kActQ8_1,
+                          dot_quant<BlockQ4_1, BlockQ8_1, pair_q4_1, block_q4_1, true>};
+constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1,
+                          dot_quant<BlockQ5_1, BlockQ8_1, pair_q5_1, block_q5_1, true>};
+
+}  // namespace
+
+const DotKernel* dot_kernel_avx512(DType w) {
+  switch (w) {
+    case DType::F32:
+      return &kF32;
+    case DType::F16:
+      return &kF16;
+    case DType::BF16:
+      return &kBF16;
+    case DType::Q8_0:
+      return &kQ8_0;
+    case DType::Q4_0:
+      return &kQ4_0;
+    case DType::Q5_0:
+      return &kQ5_0;
+    case DType::Q4_1:
+      return &kQ4_1;
+    case DType::Q5_1:
+      return &kQ5_1;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ps::cpu
+
+#else
+
+namespace ps::cpu {
+const DotKernel* dot_kernel_avx512(DType) { return nullptr; }
+}  // namespace ps::cpu
+
+#endif

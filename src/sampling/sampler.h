@@ -1,0 +1,74 @@
+#pragma once
+// Logits -> token id, following llama.cpp's default sampler chain:
+//   penalties -> top_k -> top_p -> min_p -> temperature -> seeded draw.
+// top_p and min_p see the distribution at temperature 1 (temperature comes after them, as in
+// llama.cpp), so changing the temperature never changes which tokens are eligible.
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ps {
+
+struct SamplerParams {
+  float temp = 0.8f;               // <= 0: greedy (argmax after penalties, ties -> lowest id)
+  int32_t top_k = 40;              // <= 0 or >= n_vocab: off
+  float top_p = 0.95f;             // 1: off; keeps the smallest prefix with probability >= top_p
+  float min_p = 0.05f;             // 0: off; keeps tokens with prob >= min_p * max prob
+  float repeat_penalty = 1.0f;     // 1: off; positive logits divided, negative ones multiplied
+  int32_t repeat_last_n = 64;      // window of accepted tokens penalized; 0 off, -1 all since reset
+  float frequency_penalty = 0.0f;  // subtracted once per occurrence in the window
+  float presence_penalty = 0.0f;   // subtracted once if the token occurs in the window
+  uint64_t seed = 0;
+};
+
+// One token still in the running, with its logit after the steps applied so far.
+struct TokenLogit {
+  int32_t id;
+  float logit;
+};
+
+class Sampler {
+ public:
+  // Throws UsageError when a parameter is out of range.
+  Sampler(const SamplerParams& params, int32_t n_vocab);
+
+  // Picks the next token. Does not record it: call accept() with the token actually used.
+  int32_t sample(std::span<const float> logits);
+  // Records a token for the repetition penalties.
+  void accept(int32_t token);
+  // Forgets accepted tokens and restarts the random sequence from the seed.
+  void reset();
+
+  const SamplerParams& params() const { return params_; }
+  int32_t n_vocab() const { return n_vocab_; }
+
+ private:
+  bool penalties_active() const;
+  // Penalized logits of the tokens in the window, sorted by id; empty when penalties are off.
+  void compute_penalized(std::span<const float> logits);
+  // Every token with its (penalized) logit, in id order.
+  void fill_all_candidates(std::span<const float> logits);
+  // The k best tokens after penalties, ranked; scans the logits once without sorting them.
+  void select_top(std::span<const float> logits, size_t k);
+  // Applies top_p and min_p to candidates_; `ranked` says candidates_ is already ranked.
+  void apply_nucleus(bool ranked);
+  int32_t draw();
+
+  SamplerParams params_;
+  int32_t n_vocab_;
+  std::mt19937 rng_;
+  std::deque<int32_t> history_;
+  std::unordered_map<int32_t, int32_t> history_counts_;
+  // Scratch reused across calls so a token costs no allocation once warmed up.
+  std::vector<TokenLogit> penalized_;
+  std::vector<TokenLogit> candidates_;
+  std::vector<float> weights_;
+  std::vector<double> bucket_mass_;
+  std::vector<std::pair<TokenLogit, float>> boundary_;
+};
+
+}  // namespace ps

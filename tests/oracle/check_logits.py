@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Compares the logits of `polystack logits` with the numpy reference in llama_ref.py.
+
+The CLI is run as
+    POLYSTACK_BIN logits -m MODEL --tokens "1 2 3 ..." [-b N] [-t T] --out FILE
+(-b: tokens per forward pass, the rest going through the KV cache) and must write float32 little-endian logits, n_tokens x n_vocab, one row per position.
+The error is max|ours - ref| / max|ref| over all logits; over --max-rel-err the script exits 1.
+
+Model sources (one of):
+  --model PATH                 a GGUF file
+  --shared-model REL           REL under $POLYSTACK_SHARED_DIR; exit 77 (skip) when absent
+  --synthetic DTYPE            a random llama model written by scripts/make_llama_gguf.py into
+                               a temporary folder (options --tied, --rope-scaling, ... shape it)
+
+--kv-cache names the type our KV cache stores (f16 by default, as in llama.cpp); the reference
+rounds K and V the same way, so the F32 tolerance can stay at float32 accumulation error.
+
+--estimate prints, instead of running the CLI, how far the reference moves when the input of
+every weight matmul is rounded the way a backend may round it (F16 / BF16 activations for F16 /
+BF16 weights, 8-bit blocks for quantized weights); that is the basis of the stated tolerances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from gguf import GGMLQuantizationType as QT
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "scripts"))
+
+import llama_ref  # noqa: E402
+import make_llama_gguf  # noqa: E402
+
+SKIP = 77
+
+
+def round_like_backend(x: np.ndarray, weight_type: QT) -> np.ndarray:
+    """Rounds matmul inputs the way ggml's CPU kernels do for each weight type."""
+    if weight_type == QT.F32:
+        return x
+    if weight_type == QT.F16:
+        return x.astype(np.float16).astype(np.float64)
+    if weight_type == QT.BF16:
+        bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    # Q8_0 / Q8_1 activation blocks of 32: d = amax / 127 kept as fp16, q = round(x / d).
+    shape = x.shape
+    blocks = x.reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / 127.0
+    inv = np.where(d == 0, 0.0, 1.0 / np.where(d == 0, 1.0, d))
+    q = np.sign(blocks * inv) * np.floor(np.abs(blocks * inv) + 0.5)
+    return (q * d.astype(np.float16).astype(np.float64)).reshape(shape)
+
+
+def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.ndarray:
+    out = os.path.join(workdir, "logits.f32")
+    cmd = [args.bin, "logits", "-m", model, "--tokens", " ".join(map(str, ids)), "--out", out]
+    if args.batch is not None:
+        cmd += ["-b", str(len(ids) if args.batch == "all" else int(args.batch))]
+    if args.threads is not None:
+        cmd += ["-t", str(args.threads)]
+    print("running:", " ".join(cmd if len(ids) <= 8 else cmd[:5] + ["..."] + cmd[6:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        sys.stdout.write(proc.stdout)
+        sys.stdout.write(proc.stderr)
+        raise RuntimeError(f"polystack logits exited with {proc.returncode}")
+    if not os.path.exists(out):
+        raise RuntimeError(f"polystack logits wrote no {out}")
+    data = np.fromfile(out, dtype="<f4")
+    if data.size != len(ids) * n_vocab:
+        raise RuntimeError(f"expected {len(ids)} x {n_vocab} = {len(ids) * n_vocab} floats, "
+                           f"got {data.size}")
+    return data.reshape(len(ids), n_vocab).astype(np.float64)
+
+
+def synthetic_params(args) -> make_llama_gguf.ModelParams:
+    return make_llama_gguf.ModelParams(
+        n_vocab=args.n_vocab, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
+        n_head_kv=args.n_head_kv, n_ff=args.n_ff, ctx=256, dtype=args.synthetic, tied=args.tied,
+        rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
+        rope_freq_base=args.rope_freq_base, seed=args.seed)
+
+
+def token_ids(args, n_vocab: int) -> list[int]:
+    if args.tokens:
+        return [int(t) for t in args.tokens.split()]
+    rng = np.random.default_rng(args.seed + 1000)
+    # BOS first as a real prompt would have, then any other id (byte tokens included).
+    return [1] + [int(t) for t in rng.integers(3, n_vocab, size=args.n_tokens - 1)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", help="the polystack executable")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model")
+    src.add_argument("--shared-model")
+    src.add_argument("--synthetic", choices=make_llama_gguf.SUPPORTED_DTYPES)
+    ap.add_argument("--tokens", help='space-separated ids, e.g. "1 403 407"')
+    ap.add_argument("--n-tokens", type=int, default=23)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", help="tokens per decode call, or 'all'")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--max-rel-err", type=float, default=1e-4)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--kv-cache", choices=["f16", "f32"], default="f16",
+                    help="type of the KV cache of the run being checked")
+    ap.add_argument("--estimate", action="store_true",
+                    help="print the reference's sensitivity to activation rounding; no CLI run")
+    g = ap.add_argument_group("synthetic model")
+    g.add_argument("--n-vocab", type=int, default=559)
+    g.add_argument("--n-embd", type=int, default=64)
+    g.add_argument("--n-layer", type=int, default=2)
+    g.add_argument("--n-head", type=int, default=4)
+    g.add_argument("--n-head-kv", type=int, default=2)
+    g.add_argument("--n-ff", type=int, default=96)
+    g.add_argument("--tied", action="store_true")
+    g.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
+    g.add_argument("--rope-scale-factor", type=float, default=1.0)
+    g.add_argument("--rope-freq-base", type=float, default=10000.0)
+    args = ap.parse_args()
+    if not args.estimate and not args.bin:
+        ap.error("--bin is required unless --estimate is given")
+
+    with tempfile.TemporaryDirectory(prefix="polystack-logits-") as workdir:
+        if args.shared_model:
+            shared = os.environ.get("POLYSTACK_SHARED_DIR")
+            if not shared:
+                print("SKIP: POLYSTACK_SHARED_DIR is not set")
+                return SKIP
+            model_path = os.path.join(shared, args.shared_model)
+            if not os.path.exists(model_path):
+                print(f"SKIP: {model_path} is absent")
+                return SKIP
+        elif args.synthetic:
+            model_path = os.path.join(workdir, f"synthetic-{args.synthetic}.gguf")
+            make_llama_gguf.write_model(model_path, synthetic_params(args))
+        else:
+            model_path = args.model
+
+        model = llama_ref.LlamaModel(model_path)
+        ids = token_ids(args, model.hp.n_vocab)
+        ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache)
+        print(f"model {os.path.basename(model_path)}: {len(ids)} tokens, vocab "
+              f"{model.hp.n_vocab}, max|ref| {np.max(np.abs(ref)):.4g}")
+
+        if args.estimate:
+            rounded = llama_ref.logits(model, ids, kv_cache=args.kv_cache,
+                                       rounding=round_like_backend)
+            print(f"reference with rounded matmul inputs: rel err {rel_err(rounded, ref):.3e}, "
+                  f"argmax agreement {np.mean(rounded.argmax(1) == ref.argmax(1)):.3f}")
+            return 0
+
+        try:
+            ours = run_cli(args, model_path, ids, model.hp.n_vocab, workdir)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"FAIL: {e}")
+            return 1
+
+    if not np.all(np.isfinite(ours)):
+        print("FAIL: polystack logits contain NaN or Inf")
+        return 1
+    err = rel_err(ours, ref)
+    worst = np.unravel_index(np.argmax(np.abs(ours - ref)), ref.shape)
+    agree = np.mean(ours.argmax(1) == ref.argmax(1))
+    print(f"rel err {err:.3e} (tolerance {args.max_rel_err:.1e}); worst at position {worst[0]} "
+          f"token {worst[1]}: ours {ours[worst]:.6g} ref {ref[worst]:.6g}; "
+          f"argmax agreement {agree:.3f}")
+    if err > args.max_rel_err:
+        print("FAIL: relative error over tolerance")
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
