@@ -8,11 +8,27 @@
 namespace ps::cli {
 namespace {
 
-// Shows a piece with non-printable bytes escaped, so one token stays on one line.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Shows a piece with non-printable bytes escaped, so one token stays on one line; a piece that
+// is only part of a UTF-8 character (byte tokens) shows its bytes as \xNN.
 std::string escape(const std::string& s) {
   std::string out;
+  const bool utf8 = valid_utf8(s);
   for (unsigned char c : s) {
-    if (c == '\n') out += "\\n";
+    if (!utf8 && c >= 0x80) out += fmt::format("\\x{:02x}", c);
+    else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\'') out += "\\'";
     else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);

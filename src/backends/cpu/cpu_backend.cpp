@@ -96,6 +96,11 @@ class CpuDevice final : public Device {
         if (!dtype_info(n.type).computable || n.type == DType::Q8_1)
           return fmt::format("cannot convert to {}", dtype_name(n.type));
         return {};
+      case OpKind::Attention:
+        for (const Tensor* c : {n.src[1], n.src[2]})
+          if (c->type != DType::F16 && c->type != DType::F32)
+            return fmt::format("KV cache of type {} (F16 or F32 only)", dtype_name(c->type));
+        return {};
       case OpKind::Count: return "unknown op";
       default: return {};
     }

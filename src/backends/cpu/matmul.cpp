@@ -1,10 +1,15 @@
 // Y[N, M] = W[K, N]^T-by-rows . X[K, M]: every output is the dot of one weight row with one
 // activation row. Activations are converted once into the weight type's partner type (8-bit
-// blocks for quantized weights), then weight rows are split across threads in chunks so each
-// chunk's rows stay in cache while all activation rows stream past them.
-#include <algorithm>
+// blocks for quantized weights). One activation row (decode) is a matrix-vector product bound
+// by the weight stream: weight rows are split across threads in chunks and dotted with row
+// kernels. Several rows (prompt processing) go to the register-tiled kernels of gemm.h, which
+// reuse each loaded weight block for several columns and each activation block for several
+// rows.
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec_dot.h"
 #include "core/error.h"
@@ -34,14 +39,22 @@ void matmul(Context& ctx, Tensor& node) {
     act = buf;
   }
 
+  float* y = static_cast<float*>(node.data);
+  const size_t y_stride = node.nb[1] / sizeof(float);
+  const char* wdata = static_cast<const char*>(w.data);
+
+  if (M >= kMinGemmColumns) {
+    if (const GemmKernel* g = gemm_kernel(w.type, ctx.isa)) {
+      gemm(*ctx.pool, *g, k.dot, K, N, M, wdata, w.nb[1], act, act_stride, y, y_stride);
+      return;
+    }
+  }
+
   const int threads = ctx.pool->size();
   // Chunks small enough to balance the threads, large enough to amortize the hand-out.
   int64_t chunk = std::max<int64_t>(1, N / (int64_t(threads) * 8));
   chunk = std::min<int64_t>(chunk, M > 1 ? 16 : 64);
   const int64_t n_chunks = (N + chunk - 1) / chunk;
-  float* y = static_cast<float*>(node.data);
-  const size_t y_stride = node.nb[1] / sizeof(float);
-  const char* wdata = static_cast<const char*>(w.data);
 
   ctx.pool->parallel_for(n_chunks, [&](int64_t c, int) {
     const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);

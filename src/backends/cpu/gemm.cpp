@@ -1,0 +1,91 @@
+// Dispatch between the levels' tile kernels, and the split of a tiled matmul into tasks.
+#include "backends/cpu/gemm.h"
+
+#include <algorithm>
+
+namespace ps::cpu {
+namespace {
+
+// Weight bytes of one row block: with the activation columns of one tile beside them this sits
+// well inside the L2 of current x86 cores (256 KiB and up), so the block's rows are read from
+// memory once per column block rather than once per column tile.
+constexpr size_t kRowBlockBytes = 128 * 1024;
+// Rows beyond this gain nothing from the cache and only coarsen the load balance.
+constexpr int64_t kMaxBlockRows = 128;
+// Tasks per thread: enough that a thread slowed by the rest of the machine does not hold up
+// the matmul, few enough that handing them out costs nothing.
+constexpr int64_t kTasksPerThread = 4;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+const GemmKernel* gemm_kernel(DType w, IsaLevel isa) {
+  const IsaLevel best = best_isa_level();
+  const IsaLevel level = isa < best ? isa : best;
+  if (level >= IsaLevel::Avx512) {
+    if (const GemmKernel* g = gemm_kernel_avx512(w)) return g;
+  }
+  if (level >= IsaLevel::Avx2) {
+    if (const GemmKernel* g = gemm_kernel_avx2(w)) return g;
+  }
+  return nullptr;
+}
+
+GemmBlocking plan_gemm(int64_t n, int64_t m, size_t w_row_bytes, const GemmKernel& g, int threads) {
+  const int64_t R = g.rows, C = g.cols;
+  const int64_t row_tiles = std::max<int64_t>(1, n / R), col_tiles = ceil_div(m, C);
+  const int64_t cache_tiles = std::max<int64_t>(
+      1,
+      std::min<int64_t>(kMaxBlockRows, int64_t(kRowBlockBytes / std::max<size_t>(w_row_bytes, 1))) /
+          R);
+  // As many row blocks as the cache asks for; with several threads at least kTasksPerThread
+  // each, in whole rounds, so that equal tasks leave no thread idle at the end.
+  int64_t tasks = ceil_div(row_tiles, cache_tiles);
+  if (threads > 1)
+    tasks =
+        ceil_div(std::max<int64_t>(tasks, int64_t(threads) * kTasksPerThread), threads) * threads;
+  GemmBlocking b{};
+  b.block_rows = ceil_div(row_tiles, std::min(tasks, row_tiles)) * R;
+  b.n_row_blocks = ceil_div(row_tiles, b.block_rows / R);
+  // Columns are split only when the rows alone cannot make the tasks: every column of a block
+  // streams past its weights, which are then read once.
+  const int64_t col_blocks = std::clamp<int64_t>(ceil_div(tasks, b.n_row_blocks), 1, col_tiles);
+  b.block_cols = ceil_div(col_tiles, col_blocks) * C;
+  b.n_col_blocks = ceil_div(m, b.block_cols);
+  return b;
+}
+
+void gemm(ThreadPool& pool, const GemmKernel& g, VecDotFn dot, int64_t k, int64_t n, int64_t m,
+          const void* w, size_t w_stride, const void* a, size_t a_stride, float* y,
+          size_t y_stride) {
+  const GemmBlocking b = plan_gemm(n, m, w_stride, g, pool.size());
+  const char* wbytes = static_cast<const char*>(w);
+  const char* abytes = static_cast<const char*>(a);
+  const int64_t R = g.rows, C = g.cols;
+  pool.parallel_for(b.n_row_blocks * b.n_col_blocks, [&](int64_t task, int) {
+    const int64_t rb = task / b.n_col_blocks, cb = task % b.n_col_blocks;
+    const int64_t r0 = rb * b.block_rows;
+    // The last row block also takes the rows short of a whole tile.
+    const int64_t r1 = rb + 1 == b.n_row_blocks ? n : std::min(n, r0 + b.block_rows);
+    const int64_t tiled_end = r0 + (r1 - r0) / R * R;
+    const int64_t c0 = cb * b.block_cols, c1 = std::min(m, c0 + b.block_cols);
+    // Column tiles outside, row tiles inside: one tile's activation columns stay in L1 while
+    // the block's weight rows stream past them from L2.
+    for (int64_t c = c0; c < c1; c += C) {
+      const int64_t width = std::min(C, c1 - c);
+      const GemmTileFn tile = g.tiles[width - 1];
+      const char* ac = abytes + size_t(c) * a_stride;
+      float* yc = y + size_t(c) * y_stride;
+      for (int64_t r = r0; r < tiled_end; r += R)
+        tile(k, wbytes + size_t(r) * w_stride, w_stride, ac, a_stride, yc + r, y_stride);
+      for (int64_t r = tiled_end; r < r1; ++r) {
+        const char* wr = wbytes + size_t(r) * w_stride;
+        for (int64_t j = 0; j < width; ++j)
+          yc[size_t(j) * y_stride + size_t(r)] = dot(k, wr, ac + size_t(j) * a_stride);
+      }
+    }
+  });
+}
+
+}  // namespace ps::cpu

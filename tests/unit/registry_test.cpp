@@ -1,0 +1,139 @@
+#include "backend/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace ps {
+namespace {
+
+// A backend whose probe returns fixed devices, for the selection policy.
+class StaticBackend final : public Backend {
+ public:
+  StaticBackend(Api api, std::vector<DeviceInfo> devices, std::string reason = {})
+      : api_(api), devices_(std::move(devices)), reason_(std::move(reason)) {}
+  Api api() const override { return api_; }
+  ProbeReport probe() override {
+    ProbeReport r;
+    r.api = api_;
+    r.built = true;
+    r.devices = devices_;
+    r.reason = reason_;
+    return r;
+  }
+  std::unique_ptr<Device> open_device(int, const DeviceOptions&) override {
+    throw BackendError("static backend");
+  }
+
+ private:
+  Api api_;
+  std::vector<DeviceInfo> devices_;
+  std::string reason_;
+};
+
+DeviceInfo gpu(const std::string& id, Api api, DeviceKind kind, const std::string& uuid,
+               uint64_t mem = 8ull << 30) {
+  DeviceInfo d;
+  d.id = id;
+  d.api = api;
+  d.kind = kind;
+  d.name = id + " gpu";
+  d.uuid = uuid;
+  d.memory_total = mem;
+  return d;
+}
+
+TEST(Registry, EveryApiHasAReport) {
+  Registry r;
+  r.add(make_cpu_backend());
+  const auto& reports = r.probe_all();
+  ASSERT_EQ(reports.size(), std::size(kAllApis));
+  for (const auto& rep : reports) {
+    if (rep.api == Api::Cpu) {
+      EXPECT_TRUE(rep.built);
+      ASSERT_EQ(rep.devices.size(), 1u);
+      EXPECT_EQ(rep.devices[0].id, "cpu");
+    } else {
+      EXPECT_FALSE(rep.built);
+      EXPECT_NE(rep.reason.find("not built into this binary"), std::string::npos) << rep.reason;
+    }
+  }
+  const DeviceChoice c = r.choose_default();
+  EXPECT_EQ(c.device_id, "cpu");
+  EXPECT_EQ(c.reason, "no GPU is usable");
+  EXPECT_EQ(c.passed.size(), std::size(kAllApis) - 1);  // one "why not" line per other API
+}
+
+TEST(Registry, PolicyPrefersDiscreteThenNativeApi) {
+  Registry r;
+  r.add(make_cpu_backend());
+  r.add(std::make_unique<StaticBackend>(
+      Api::Vulkan, std::vector<DeviceInfo>{
+                       gpu("vulkan:0", Api::Vulkan, DeviceKind::IntegratedGpu, "igpu"),
+                       gpu("vulkan:1", Api::Vulkan, DeviceKind::DiscreteGpu, "dgpu")}));
+  r.add(std::make_unique<StaticBackend>(
+      Api::Cuda,
+      std::vector<DeviceInfo>{gpu("cuda:0", Api::Cuda, DeviceKind::DiscreteGpu, "dgpu")}));
+  const DeviceChoice c = r.choose_default();
+  EXPECT_EQ(c.device_id, "cuda:0");
+  bool saw_same_device = false;
+  for (const auto& line : c.passed)
+    if (line.rfind("vulkan:1: same device as cuda:0", 0) == 0) saw_same_device = true;
+  EXPECT_TRUE(saw_same_device);
+}
+
+TEST(Registry, OpenExplainsMissingDevices) {
+  Registry r;
+  r.add(make_cpu_backend());
+  r.add(std::make_unique<StaticBackend>(Api::Vulkan, std::vector<DeviceInfo>{},
+                                        "libvulkan.so.1 not found"));
+  auto expect_error = [&](const std::string& id, const std::string& part) {
+    try {
+      r.open(id, {});
+      ADD_FAILURE() << id << " opened";
+    } catch (const BackendError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error("vulkan:0", "libvulkan.so.1 not found");
+  expect_error("cuda:0", "not built into this binary");
+  expect_error("cpu:1", "does not exist: cpu has 1 device(s)");
+  expect_error("nosuch", "unknown device 'nosuch'");
+  expect_error("cpu:x", "not a device index");
+  EXPECT_NE(r.open("cpu", {}), nullptr);
+  EXPECT_NE(r.open("cpu:0", {}), nullptr);
+}
+
+TEST(Registry, LoadsPluginsAndReportsBrokenOnes) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("polystack-plugins-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(POLYSTACK_TEST_PLUGIN, dir / "libpolystack-backend-opencl.so",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "libpolystack-backend-vulkan.so") << "not an ELF file";
+  Registry r;
+  r.add(make_cpu_backend());
+  load_backend_plugins(r, dir.string());
+  std::filesystem::remove_all(dir);
+  const auto& reports = r.probe_all();
+  for (const auto& rep : reports) {
+    if (rep.api == Api::OpenCL) {
+      EXPECT_TRUE(rep.built);
+      ASSERT_EQ(rep.devices.size(), 1u);
+      EXPECT_EQ(rep.devices[0].name, "Fake GPU");
+    }
+    if (rep.api == Api::Vulkan) {
+      EXPECT_FALSE(rep.built);
+      EXPECT_NE(rep.reason.find("could not be loaded"), std::string::npos) << rep.reason;
+    }
+  }
+  // A discrete GPU outranks the CPU.
+  EXPECT_EQ(r.choose_default().device_id, "opencl:0");
+}
+
+}  // namespace
+}  // namespace ps
