@@ -70,10 +70,10 @@ Action add_bench(CLI::App& app) {
   cmd->remove_option(cmd->get_option("--threads"));
   cmd->add_option("-p,--n-prompt", o->pp, "Prompt lengths to test (comma-separated; 0: skip)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", o->tg, "Generation lengths to test (comma-separated; 0: skip)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-t,--threads", o->threads, "Thread counts to test (comma-separated)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));

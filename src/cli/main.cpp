@@ -17,6 +17,19 @@ std::string read_file_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+namespace {
+
+// Error text can carry bytes from the file or the command line; keep the message on one line.
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += char(c);
+  }
+  return out;
+}
+
+}  // namespace
 }  // namespace ps::cli
 
 int main(int argc, char** argv) {
@@ -39,7 +52,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "polystack: error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "polystack: error: %s (see --help)\n", ps::cli::one_line(e.what()).c_str());
     return 2;
   }
   try {
@@ -47,7 +60,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "polystack: error: %s\n", e.what());
+    std::fprintf(stderr, "polystack: error: %s\n", ps::cli::one_line(e.what()).c_str());
     return 1;
   }
 }

@@ -10,9 +10,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   if (model_required) m->required();
   cmd->add_option("-c,--ctx-size", f.session.n_ctx,
                   "Context size in tokens (0: the model's, at most 4096)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-b,--batch-size", f.session.n_batch, "Prompt tokens per forward pass")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-t,--threads", f.session.n_threads, "CPU threads (0: physical cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--device", f.session.device,

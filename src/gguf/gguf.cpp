@@ -337,11 +337,14 @@ void File::parse_all() {
                                       "({} bytes)", data_offset_, size_));
   const uint64_t data_size = size_ >= data_offset_ ? size_ - data_offset_ : 0;
   for (auto& ti : tensors_) {
-    if (ti.offset > data_size || ti.nbytes > data_size - ti.offset)
+    if (ti.offset > data_size)
       c.fail(fmt::format("tensor '{}'", ti.name),
-             fmt::format("data [{}, {}) lies past the end of the file ({} bytes of tensor data; "
-                         "truncated?)",
-                         ti.offset, ti.offset + ti.nbytes, data_size));
+             fmt::format("data offset {} lies past the end of the file ({} bytes of tensor "
+                         "data; truncated?)", ti.offset, data_size));
+    if (ti.nbytes > data_size - ti.offset)
+      c.fail(fmt::format("tensor '{}'", ti.name),
+             fmt::format("{} bytes at data offset {} run past the end of the file ({} bytes of "
+                         "tensor data; truncated?)", ti.nbytes, ti.offset, data_size));
     ti.data = base_ + data_offset_ + ti.offset;
   }
 }
