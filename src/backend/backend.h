@@ -15,7 +15,7 @@
 namespace ps {
 
 enum class Api { Cpu, Cuda, Hip, Metal, Vulkan, OpenCL, DirectML };
-inline constexpr Api kAllApis[] = {Api::Cuda,   Api::Hip,    Api::Metal, Api::Vulkan,
+inline constexpr Api kAllApis[] = {Api::Cuda,   Api::Hip,      Api::Metal, Api::Vulkan,
                                    Api::OpenCL, Api::DirectML, Api::Cpu};
 std::string_view api_name(Api api);  // "cpu", "cuda", ...
 
@@ -37,9 +37,9 @@ struct DeviceInfo {
 
 struct ProbeReport {
   Api api = Api::Cpu;
-  bool built = false;              // this binary has (or loaded) a backend for the API
+  bool built = false;  // this binary has (or loaded) a backend for the API
   std::vector<DeviceInfo> devices;
-  std::string reason;              // why there are no devices (or why unusable)
+  std::string reason;  // why there are no devices (or why unusable)
 };
 
 // Memory owned by a device. CPU-visible buffers expose host_ptr().

@@ -1,12 +1,12 @@
 #include "backend/registry.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -17,24 +17,36 @@ void register_builtin_backends(Registry& registry);
 
 std::string_view api_name(Api api) {
   switch (api) {
-    case Api::Cpu: return "cpu";
-    case Api::Cuda: return "cuda";
-    case Api::Hip: return "hip";
-    case Api::Metal: return "metal";
-    case Api::Vulkan: return "vulkan";
-    case Api::OpenCL: return "opencl";
-    case Api::DirectML: return "directml";
+    case Api::Cpu:
+      return "cpu";
+    case Api::Cuda:
+      return "cuda";
+    case Api::Hip:
+      return "hip";
+    case Api::Metal:
+      return "metal";
+    case Api::Vulkan:
+      return "vulkan";
+    case Api::OpenCL:
+      return "opencl";
+    case Api::DirectML:
+      return "directml";
   }
   return "?";
 }
 
 std::string_view device_kind_name(DeviceKind k) {
   switch (k) {
-    case DeviceKind::Cpu: return "cpu";
-    case DeviceKind::DiscreteGpu: return "discrete gpu";
-    case DeviceKind::IntegratedGpu: return "integrated gpu";
-    case DeviceKind::VirtualGpu: return "virtual gpu";
-    case DeviceKind::Accelerator: return "accelerator";
+    case DeviceKind::Cpu:
+      return "cpu";
+    case DeviceKind::DiscreteGpu:
+      return "discrete gpu";
+    case DeviceKind::IntegratedGpu:
+      return "integrated gpu";
+    case DeviceKind::VirtualGpu:
+      return "virtual gpu";
+    case DeviceKind::Accelerator:
+      return "accelerator";
   }
   return "?";
 }
@@ -49,33 +61,48 @@ std::string executable_dir() {
 
 std::string not_built_reason(Api api) {
   switch (api) {
-    case Api::Metal: return "not built into this binary (Metal exists only on Apple platforms)";
-    case Api::DirectML: return "not built into this binary (DirectML exists only on Windows)";
+    case Api::Metal:
+      return "not built into this binary (Metal exists only on Apple platforms)";
+    case Api::DirectML:
+      return "not built into this binary (DirectML exists only on Windows)";
     default:
-      return fmt::format("not built into this binary (no {} backend plugin, "
-                         "libpolystack-backend-{}.so, next to the executable)",
-                         api_name(api), api_name(api));
+      return fmt::format(
+          "not built into this binary (no {} backend plugin, "
+          "libpolystack-backend-{}.so, next to the executable)",
+          api_name(api), api_name(api));
   }
 }
 
 int kind_rank(DeviceKind k) {
   switch (k) {
-    case DeviceKind::DiscreteGpu: return 0;
-    case DeviceKind::IntegratedGpu: return 1;
-    case DeviceKind::Accelerator: return 2;
-    case DeviceKind::VirtualGpu: return 3;
-    case DeviceKind::Cpu: return 4;
+    case DeviceKind::DiscreteGpu:
+      return 0;
+    case DeviceKind::IntegratedGpu:
+      return 1;
+    case DeviceKind::Accelerator:
+      return 2;
+    case DeviceKind::VirtualGpu:
+      return 3;
+    case DeviceKind::Cpu:
+      return 4;
   }
   return 5;
 }
 
 int api_rank(Api a) {
   switch (a) {
-    case Api::Cuda: case Api::Hip: case Api::Metal: return 0;
-    case Api::Vulkan: return 1;
-    case Api::DirectML: return 2;
-    case Api::OpenCL: return 3;
-    case Api::Cpu: return 4;
+    case Api::Cuda:
+    case Api::Hip:
+    case Api::Metal:
+      return 0;
+    case Api::Vulkan:
+      return 1;
+    case Api::DirectML:
+      return 2;
+    case Api::OpenCL:
+      return 3;
+    case Api::Cpu:
+      return 4;
   }
   return 5;
 }
@@ -91,7 +118,8 @@ Registry& Registry::global() {
     register_builtin_backends(*reg);
     const std::string exe = executable_dir();
     if (!exe.empty()) load_backend_plugins(*reg, exe);
-    if (const char* extra = std::getenv("POLYSTACK_BACKEND_PATH")) load_backend_plugins(*reg, extra);
+    if (const char* extra = std::getenv("POLYSTACK_BACKEND_PATH"))
+      load_backend_plugins(*reg, extra);
     return reg;
   }();
   return *r;
@@ -160,8 +188,8 @@ std::unique_ptr<Device> Registry::open(const std::string& device_id, const Devic
     if (!r.built || r.devices.empty())
       throw BackendError(fmt::format("device '{}' is not available: {}", device_id, r.reason));
     if (index >= int(r.devices.size()))
-      throw BackendError(fmt::format("device '{}' does not exist: {} has {} device(s)",
-                                     device_id, api_part, r.devices.size()));
+      throw BackendError(fmt::format("device '{}' does not exist: {} has {} device(s)", device_id,
+                                     api_part, r.devices.size()));
     for (const auto& b : backends_)
       if (b->api() == r.api) return b->open_device(index, opts);
   }
@@ -201,8 +229,8 @@ DeviceChoice Registry::choose_default() {
   for (size_t i = 1; i < all.size(); ++i) {
     const DeviceInfo* d = all[i];
     if (!best->uuid.empty() && d->uuid == best->uuid)
-      c.passed.push_back(fmt::format("{}: same device as {}, whose API ranks higher", d->id,
-                                     best->id));
+      c.passed.push_back(
+          fmt::format("{}: same device as {}, whose API ranks higher", d->id, best->id));
     else if (d->kind != DeviceKind::Cpu || best->kind != DeviceKind::Cpu)
       c.passed.push_back(fmt::format("{}: {} ranks below {}", d->id, device_kind_name(d->kind),
                                      device_kind_name(best->kind)));

@@ -1,10 +1,11 @@
 // Prompt-processing (pp) and generation (tg) throughput, reported like llama-bench: each test
 // runs on a fresh context after a warm-up, repeated -r times, mean and standard deviation.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/commands.h"

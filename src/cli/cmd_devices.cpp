@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.h"
@@ -7,7 +8,9 @@
 namespace ps::cli {
 namespace {
 
-std::string gib(uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / (1024.0 * 1024 * 1024)); }
+std::string gib(uint64_t b) {
+  return fmt::format("{:.1f} GiB", double(b) / (1024.0 * 1024 * 1024));
+}
 
 nlohmann::json to_json(const DeviceInfo& d) {
   nlohmann::json j = {{"id", d.id},
@@ -39,7 +42,8 @@ Action add_devices(CLI::App& app) {
     const auto& reports = reg.probe_all();
     const DeviceChoice choice = reg.choose_default();
     if (*json) {
-      nlohmann::json out = {{"apis", nlohmann::json::array()}, {"devices", nlohmann::json::array()}};
+      nlohmann::json out = {{"apis", nlohmann::json::array()},
+                            {"devices", nlohmann::json::array()}};
       for (const auto& r : reports) {
         out["apis"].push_back({{"api", api_name(r.api)},
                                {"built", r.built},

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -14,22 +15,37 @@ constexpr uint64_t kJsonArrayFull = 256;  // longer arrays are summarized in JSO
 nlohmann::json scalar_json(const gguf::Value& v) {
   using gguf::ValueType;
   switch (v.type) {
-    case ValueType::STRING: return std::string(v.str);
-    case ValueType::BOOL: return v.u != 0;
-    case ValueType::F32: case ValueType::F64: return v.f;
-    case ValueType::U8: case ValueType::U16: case ValueType::U32: case ValueType::U64: return v.u;
-    default: return v.i;
+    case ValueType::STRING:
+      return std::string(v.str);
+    case ValueType::BOOL:
+      return v.u != 0;
+    case ValueType::F32:
+    case ValueType::F64:
+      return v.f;
+    case ValueType::U8:
+    case ValueType::U16:
+    case ValueType::U32:
+    case ValueType::U64:
+      return v.u;
+    default:
+      return v.i;
   }
 }
 
 nlohmann::json element_json(const gguf::Array& a, uint64_t i) {
   using gguf::ValueType;
   switch (a.elem_type) {
-    case ValueType::STRING: return std::string(a.string_at(i));
-    case ValueType::F32: case ValueType::F64: return a.double_at(i);
-    case ValueType::BOOL: return a.int_at(i) != 0;
-    case ValueType::ARRAY: return nlohmann::json{{"type", "array"}, {"count", a.arrays[i].arr->count}};
-    default: return a.int_at(i);
+    case ValueType::STRING:
+      return std::string(a.string_at(i));
+    case ValueType::F32:
+    case ValueType::F64:
+      return a.double_at(i);
+    case ValueType::BOOL:
+      return a.int_at(i) != 0;
+    case ValueType::ARRAY:
+      return nlohmann::json{{"type", "array"}, {"count", a.arrays[i].arr->count}};
+    default:
+      return a.int_at(i);
   }
 }
 

@@ -1,7 +1,8 @@
 // Writes the logits of every position for a token sequence: the hook the numpy reference
 // tests compare against.
-#include <cstdio>
 #include <fmt/format.h>
+
+#include <cstdio>
 #include <sstream>
 
 #include "cli/commands.h"

@@ -1,6 +1,7 @@
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
-#include <fmt/format.h>
 #include <random>
 
 #include "cli/commands.h"
@@ -19,9 +20,8 @@ double seconds_since(Clock::time_point t0) {
 std::string describe(const LoadedModel& m) {
   const ModelParams& p = m.model->params();
   return fmt::format("{} ({}, {:.2f} M params, {:.1f} MiB of weights, {} layers, context {})",
-                     p.name.empty() ? "unnamed" : p.name, p.architecture,
-                     double(p.n_params) / 1e6, double(p.weight_bytes) / (1 << 20), p.n_layer,
-                     p.n_ctx_train);
+                     p.name.empty() ? "unnamed" : p.name, p.architecture, double(p.n_params) / 1e6,
+                     double(p.weight_bytes) / (1 << 20), p.n_layer, p.n_ctx_train);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // polystack: command-line entry point. Results go to stdout, logs and errors to stderr; every
 // error is one line and a non-zero exit.
-#include <cstdio>
 #include <fmt/format.h>
+
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -23,8 +24,10 @@ namespace {
 std::string one_line(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += char(c);
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += char(c);
   }
   return out;
 }
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "polystack: error: %s (see --help)\n", ps::cli::one_line(e.what()).c_str());
+    std::fprintf(stderr, "polystack: error: %s (see --help)\n",
+                 ps::cli::one_line(e.what()).c_str());
     return 2;
   }
   try {

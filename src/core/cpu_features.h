@@ -11,8 +11,8 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
-  std::string vendor;       // "GenuineIntel", "AuthenticAMD", ...
-  std::string brand;        // "Intel(R) Xeon(R) Platinum ..."
+  std::string vendor;                      // "GenuineIntel", "AuthenticAMD", ...
+  std::string brand;                       // "Intel(R) Xeon(R) Platinum ..."
   std::vector<std::string> names() const;  // the set flags, in a fixed order
 };
 

@@ -145,7 +145,8 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
-    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = int8_t(std::round(x[j] * id));  // halves away from zero, as llama.cpp
+    for (int j = 0; j < QK8_0; ++j)
+      y[i].qs[j] = int8_t(std::round(x[j] * id));  // halves away from zero, as llama.cpp
   }
 }
 
@@ -251,11 +252,16 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
-    case DType::Q4_0: return dequantize_q4_0(blocks<BlockQ4_0>(src), dst, nb);
-    case DType::Q4_1: return dequantize_q4_1(blocks<BlockQ4_1>(src), dst, nb);
-    case DType::Q5_0: return dequantize_q5_0(blocks<BlockQ5_0>(src), dst, nb);
-    case DType::Q5_1: return dequantize_q5_1(blocks<BlockQ5_1>(src), dst, nb);
-    case DType::Q8_0: return dequantize_q8_0(blocks<BlockQ8_0>(src), dst, nb);
+    case DType::Q4_0:
+      return dequantize_q4_0(blocks<BlockQ4_0>(src), dst, nb);
+    case DType::Q4_1:
+      return dequantize_q4_1(blocks<BlockQ4_1>(src), dst, nb);
+    case DType::Q5_0:
+      return dequantize_q5_0(blocks<BlockQ5_0>(src), dst, nb);
+    case DType::Q5_1:
+      return dequantize_q5_1(blocks<BlockQ5_1>(src), dst, nb);
+    case DType::Q8_0:
+      return dequantize_q8_0(blocks<BlockQ8_0>(src), dst, nb);
     default:
       throw Error("dequantize: dtype " + std::string(dtype_name(t)) + " is not supported");
   }
@@ -277,11 +283,16 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    case DType::Q4_0: return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
-    case DType::Q4_1: return quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
-    case DType::Q5_0: return quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
-    case DType::Q5_1: return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
-    case DType::Q8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::Q4_0:
+      return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+    case DType::Q4_1:
+      return quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
+    case DType::Q5_0:
+      return quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+    case DType::Q5_1:
+      return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
+    case DType::Q8_0:
+      return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
     default:
       throw Error("quantize: dtype " + std::string(dtype_name(t)) + " is not supported");
   }

@@ -45,9 +45,9 @@ enum class DType : uint32_t {
 struct DTypeInfo {
   DType type;
   std::string_view name;
-  int64_t block_size;   // elements per block
-  size_t block_bytes;   // bytes per block
-  bool computable;      // polystack has kernels for it
+  int64_t block_size;  // elements per block
+  size_t block_bytes;  // bytes per block
+  bool computable;     // polystack has kernels for it
 };
 
 // Facts about a GGUF type id, or nullopt for ids no GGUF writer produces.

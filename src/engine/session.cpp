@@ -1,8 +1,9 @@
 #include "engine/session.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -18,12 +19,12 @@ std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool wit
   if (with_tokenizer) {
     m->tokenizer = Tokenizer::from_gguf(*m->file);
     if (m->tokenizer->n_vocab() != m->model->params().n_vocab)
-      throw ModelError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary "
-                                   "is {}", path, m->tokenizer->n_vocab(),
-                                   m->model->params().n_vocab));
+      throw ModelError(
+          fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary "
+                      "is {}",
+                      path, m->tokenizer->n_vocab(), m->model->params().n_vocab));
   }
-  m->load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 
@@ -31,7 +32,8 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
     : model_(std::move(model)) {
   const ModelParams& p = model_->model->params();
   if (opts.n_ctx < 0) throw UsageError(fmt::format("context size {} is negative", opts.n_ctx));
-  if (opts.n_batch <= 0) throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
+  if (opts.n_batch <= 0)
+    throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
   n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
   if (n_ctx_ > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", n_ctx_));
   n_batch_ = opts.n_batch;
@@ -70,18 +72,22 @@ size_t Session::kv_cache_bytes() const {
 std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
   if (n_past_ + int64_t(tokens.size()) > n_ctx_)
-    throw UsageError(fmt::format("{} tokens do not fit in the context: {} of {} positions are "
-                                 "used (raise -c)", tokens.size(), n_past_, n_ctx_));
+    throw UsageError(
+        fmt::format("{} tokens do not fit in the context: {} of {} positions are "
+                    "used (raise -c)",
+                    tokens.size(), n_past_, n_ctx_));
   const int64_t n_vocab = model_->model->params().n_vocab;
   for (int32_t t : tokens)
     if (t < 0 || t >= n_vocab)
-      throw UsageError(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+      throw UsageError(
+          fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
   std::vector<float> out;
   if (all_logits) out.reserve(tokens.size() * size_t(n_vocab));
   for (size_t i = 0; i < tokens.size(); i += size_t(n_batch_)) {
     const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
     const bool last = i + n == tokens.size();
-    if (all_logits || last) forward(tokens.subspan(i, n), all_logits, out);
+    if (all_logits || last)
+      forward(tokens.subspan(i, n), all_logits, out);
     else {
       std::vector<float> discard;
       forward(tokens.subspan(i, n), false, discard);

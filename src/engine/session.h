@@ -28,9 +28,9 @@ struct LoadedModel {
 };
 
 struct SessionOptions {
-  int n_ctx = 0;      // 0: the model's training context, capped at 4096
-  int n_batch = 512;  // prompt tokens per forward pass
-  int n_threads = 0;  // 0: physical cores
+  int n_ctx = 0;       // 0: the model's training context, capped at 4096
+  int n_batch = 512;   // prompt tokens per forward pass
+  int n_threads = 0;   // 0: physical cores
   std::string device;  // "" chooses by the default policy
   bool strict = false;
 };

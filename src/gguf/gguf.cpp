@@ -1,13 +1,13 @@
 #include "gguf/gguf.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fmt/format.h>
 #include <limits>
 
 #include "core/error.h"
@@ -20,11 +20,23 @@ constexpr int kMaxDims = 4;
 
 size_t scalar_size(ValueType t) {
   switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
-    case ValueType::U16: case ValueType::I16: return 2;
-    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
-    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
-    default: return 0;
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -44,8 +56,8 @@ class Cursor {
 
   void need(uint64_t n, const std::string& field) const {
     if (n > remaining())
-      fail(field, fmt::format("needs {} bytes at offset {} but the file ends at {} (truncated?)",
-                              n, pos_, size_));
+      fail(field, fmt::format("needs {} bytes at offset {} but the file ends at {} (truncated?)", n,
+                              pos_, size_));
   }
   template <typename T>
   T read(const std::string& field) {
@@ -95,15 +107,15 @@ std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field, int
   } else if (arr->elem_type == ValueType::STRING) {
     // Each string takes at least its 8-byte length, which bounds a hostile count.
     if (arr->count > c.remaining() / 8)
-      c.fail(field, fmt::format("array of {} strings is larger than the rest of the file",
-                                arr->count));
+      c.fail(field,
+             fmt::format("array of {} strings is larger than the rest of the file", arr->count));
     arr->strings.reserve(arr->count);
     for (uint64_t k = 0; k < arr->count; ++k)
       arr->strings.push_back(c.read_string(fmt::format("{}[{}]", field, k)));
   } else {  // nested arrays: each takes at least 12 bytes of header
     if (arr->count > c.remaining() / 12)
-      c.fail(field, fmt::format("array of {} arrays is larger than the rest of the file",
-                                arr->count));
+      c.fail(field,
+             fmt::format("array of {} arrays is larger than the rest of the file", arr->count));
     arr->arrays.reserve(arr->count);
     for (uint64_t k = 0; k < arr->count; ++k)
       arr->arrays.push_back(
@@ -116,24 +128,48 @@ Value read_value(Cursor& c, ValueType type, const std::string& field, int depth)
   Value v;
   v.type = type;
   switch (type) {
-    case ValueType::U8: v.u = c.read<uint8_t>(field); break;
-    case ValueType::I8: v.i = c.read<int8_t>(field); break;
-    case ValueType::U16: v.u = c.read<uint16_t>(field); break;
-    case ValueType::I16: v.i = c.read<int16_t>(field); break;
-    case ValueType::U32: v.u = c.read<uint32_t>(field); break;
-    case ValueType::I32: v.i = c.read<int32_t>(field); break;
-    case ValueType::U64: v.u = c.read<uint64_t>(field); break;
-    case ValueType::I64: v.i = c.read<int64_t>(field); break;
-    case ValueType::F32: v.f = c.read<float>(field); break;
-    case ValueType::F64: v.f = c.read<double>(field); break;
+    case ValueType::U8:
+      v.u = c.read<uint8_t>(field);
+      break;
+    case ValueType::I8:
+      v.i = c.read<int8_t>(field);
+      break;
+    case ValueType::U16:
+      v.u = c.read<uint16_t>(field);
+      break;
+    case ValueType::I16:
+      v.i = c.read<int16_t>(field);
+      break;
+    case ValueType::U32:
+      v.u = c.read<uint32_t>(field);
+      break;
+    case ValueType::I32:
+      v.i = c.read<int32_t>(field);
+      break;
+    case ValueType::U64:
+      v.u = c.read<uint64_t>(field);
+      break;
+    case ValueType::I64:
+      v.i = c.read<int64_t>(field);
+      break;
+    case ValueType::F32:
+      v.f = c.read<float>(field);
+      break;
+    case ValueType::F64:
+      v.f = c.read<double>(field);
+      break;
     case ValueType::BOOL: {
       const uint8_t b = c.read<uint8_t>(field);
       if (b > 1) c.fail(field, fmt::format("bool value {} is neither 0 nor 1", b));
       v.u = b;
       break;
     }
-    case ValueType::STRING: v.str = c.read_string(field); break;
-    case ValueType::ARRAY: v.arr = read_array(c, field, depth); break;
+    case ValueType::STRING:
+      v.str = c.read_string(field);
+      break;
+    case ValueType::ARRAY:
+      v.arr = read_array(c, field, depth);
+      break;
   }
   return v;
 }
@@ -148,8 +184,8 @@ T load(const uint8_t* p) {
 }  // namespace
 
 std::string_view value_type_name(ValueType t) {
-  static constexpr std::string_view names[] = {"u8",  "i8",  "u16",    "i16",   "u32",
-                                               "i32", "f32", "bool",   "string", "array",
+  static constexpr std::string_view names[] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                               "i32", "f32", "bool", "string", "array",
                                                "u64", "i64", "f64"};
   const auto i = uint32_t(t);
   return i < std::size(names) ? names[i] : "unknown";
@@ -157,22 +193,38 @@ std::string_view value_type_name(ValueType t) {
 
 bool Value::is_integer() const {
   switch (type) {
-    case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
-    case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64:
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::U16:
+    case ValueType::I16:
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::U64:
+    case ValueType::I64:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 int64_t Value::as_int() const {
   switch (type) {
-    case ValueType::U8: case ValueType::U16: case ValueType::U32: case ValueType::U64:
+    case ValueType::U8:
+    case ValueType::U16:
+    case ValueType::U32:
+    case ValueType::U64:
     case ValueType::BOOL:
       return int64_t(u);
-    case ValueType::I8: case ValueType::I16: case ValueType::I32: case ValueType::I64:
+    case ValueType::I8:
+    case ValueType::I16:
+    case ValueType::I32:
+    case ValueType::I64:
       return i;
-    case ValueType::F32: case ValueType::F64: return int64_t(f);
-    default: return 0;
+    case ValueType::F32:
+    case ValueType::F64:
+      return int64_t(f);
+    default:
+      return 0;
   }
 }
 
@@ -182,18 +234,29 @@ int64_t Array::int_at(uint64_t idx) const {
   if (idx >= count) throw GgufError(fmt::format("array index {} out of range {}", idx, count));
   const uint8_t* p = raw + idx * scalar_size(elem_type);
   switch (elem_type) {
-    case ValueType::U8: case ValueType::BOOL: return load<uint8_t>(p);
-    case ValueType::I8: return load<int8_t>(p);
-    case ValueType::U16: return load<uint16_t>(p);
-    case ValueType::I16: return load<int16_t>(p);
-    case ValueType::U32: return load<uint32_t>(p);
-    case ValueType::I32: return load<int32_t>(p);
-    case ValueType::U64: return int64_t(load<uint64_t>(p));
-    case ValueType::I64: return load<int64_t>(p);
-    case ValueType::F32: return int64_t(load<float>(p));
-    case ValueType::F64: return int64_t(load<double>(p));
-    default: throw GgufError("array of " + std::string(value_type_name(elem_type)) +
-                             " read as numbers");
+    case ValueType::U8:
+    case ValueType::BOOL:
+      return load<uint8_t>(p);
+    case ValueType::I8:
+      return load<int8_t>(p);
+    case ValueType::U16:
+      return load<uint16_t>(p);
+    case ValueType::I16:
+      return load<int16_t>(p);
+    case ValueType::U32:
+      return load<uint32_t>(p);
+    case ValueType::I32:
+      return load<int32_t>(p);
+    case ValueType::U64:
+      return int64_t(load<uint64_t>(p));
+    case ValueType::I64:
+      return load<int64_t>(p);
+    case ValueType::F32:
+      return int64_t(load<float>(p));
+    case ValueType::F64:
+      return int64_t(load<double>(p));
+    default:
+      throw GgufError("array of " + std::string(value_type_name(elem_type)) + " read as numbers");
   }
 }
 
@@ -323,8 +386,8 @@ void File::parse_all() {
     ti.nbytes = n_blocks * info->block_bytes;
     ti.offset = c.read<uint64_t>(field + " (offset)");
     if (ti.offset % alignment_ != 0)
-      c.fail(field, fmt::format("data offset {} is not a multiple of the alignment {}",
-                                ti.offset, alignment_));
+      c.fail(field, fmt::format("data offset {} is not a multiple of the alignment {}", ti.offset,
+                                alignment_));
     if (tensor_index_.count(ti.name)) c.fail(field, "duplicate tensor name");
     tensor_index_.emplace(ti.name, tensors_.size());
     tensors_.push_back(std::move(ti));
@@ -334,17 +397,20 @@ void File::parse_all() {
   data_offset_ = c.pos() + pad;
   if (n_tensors > 0 && data_offset_ > size_)
     c.fail("tensor data", fmt::format("data section would start at {} past the end of the file "
-                                      "({} bytes)", data_offset_, size_));
+                                      "({} bytes)",
+                                      data_offset_, size_));
   const uint64_t data_size = size_ >= data_offset_ ? size_ - data_offset_ : 0;
   for (auto& ti : tensors_) {
     if (ti.offset > data_size)
       c.fail(fmt::format("tensor '{}'", ti.name),
              fmt::format("data offset {} lies past the end of the file ({} bytes of tensor "
-                         "data; truncated?)", ti.offset, data_size));
+                         "data; truncated?)",
+                         ti.offset, data_size));
     if (ti.nbytes > data_size - ti.offset)
       c.fail(fmt::format("tensor '{}'", ti.name),
              fmt::format("{} bytes at data offset {} run past the end of the file ({} bytes of "
-                         "tensor data; truncated?)", ti.nbytes, ti.offset, data_size));
+                         "tensor data; truncated?)",
+                         ti.nbytes, ti.offset, data_size));
     ti.data = base_ + data_offset_ + ti.offset;
   }
 }

@@ -13,8 +13,19 @@
 namespace ps::gguf {
 
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 std::string_view value_type_name(ValueType t);
 
@@ -41,9 +52,9 @@ struct Value {
 struct Array {
   ValueType elem_type = ValueType::U8;
   uint64_t count = 0;
-  const uint8_t* raw = nullptr;             // numeric and BOOL elements
-  std::vector<std::string_view> strings;    // STRING elements
-  std::vector<Value> arrays;                // ARRAY elements (each with type ARRAY)
+  const uint8_t* raw = nullptr;           // numeric and BOOL elements
+  std::vector<std::string_view> strings;  // STRING elements
+  std::vector<Value> arrays;              // ARRAY elements (each with type ARRAY)
 
   int64_t int_at(uint64_t idx) const;
   double double_at(uint64_t idx) const;
@@ -54,7 +65,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the innermost (row length)
   DType type = DType::F32;
-  uint64_t offset = 0;        // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
   int64_t n_elements() const;

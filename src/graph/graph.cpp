@@ -8,21 +8,36 @@ namespace ps {
 
 const char* op_name(OpKind op) {
   switch (op) {
-    case OpKind::None: return "none";
-    case OpKind::View: return "view";
-    case OpKind::GetRows: return "get_rows";
-    case OpKind::MatMul: return "matmul";
-    case OpKind::RmsNorm: return "rms_norm";
-    case OpKind::Mul: return "mul";
-    case OpKind::Add: return "add";
-    case OpKind::Silu: return "silu";
-    case OpKind::Gelu: return "gelu";
-    case OpKind::SwiGlu: return "swiglu";
-    case OpKind::Rope: return "rope";
-    case OpKind::SoftMax: return "softmax";
-    case OpKind::Copy: return "copy";
-    case OpKind::Attention: return "attention";
-    case OpKind::Count: break;
+    case OpKind::None:
+      return "none";
+    case OpKind::View:
+      return "view";
+    case OpKind::GetRows:
+      return "get_rows";
+    case OpKind::MatMul:
+      return "matmul";
+    case OpKind::RmsNorm:
+      return "rms_norm";
+    case OpKind::Mul:
+      return "mul";
+    case OpKind::Add:
+      return "add";
+    case OpKind::Silu:
+      return "silu";
+    case OpKind::Gelu:
+      return "gelu";
+    case OpKind::SwiGlu:
+      return "swiglu";
+    case OpKind::Rope:
+      return "rope";
+    case OpKind::SoftMax:
+      return "softmax";
+    case OpKind::Copy:
+      return "copy";
+    case OpKind::Attention:
+      return "attention";
+    case OpKind::Count:
+      break;
   }
   return "?";
 }
@@ -100,14 +115,13 @@ Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
   return &t;
 }
 
-Tensor* Graph::view(Tensor* t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb,
-                    size_t offset) {
+Tensor* Graph::view(Tensor* t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb, size_t offset) {
   Tensor* v = node(OpKind::View, t->type, ne, {t});
   v->nb = nb;
   v->view_offset = offset;
   if (v->n_bytes() + offset > t->n_bytes())
-    throw ModelError(fmt::format("view of {} with shape {} at offset {} exceeds it", t->name,
-                                 shape(v), offset));
+    throw ModelError(
+        fmt::format("view of {} with shape {} at offset {} exceeds it", t->name, shape(v), offset));
   return v;
 }
 
@@ -184,8 +198,7 @@ Tensor* Graph::copy(Tensor* src, Tensor* dst) {
   return t;
 }
 
-Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past,
-                         float scale) {
+Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
   if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
       n_head % k_cache->ne[1] != 0 || n_past + n_tokens > k_cache->ne[2])

@@ -27,8 +27,7 @@ class Graph {
   Tensor* silu(Tensor* x);
   Tensor* gelu(Tensor* x);
   Tensor* swiglu(Tensor* gate, Tensor* up);
-  Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale,
-               RopeMode mode);
+  Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale, RopeMode mode);
   Tensor* softmax(Tensor* x, float scale, int32_t causal_offset);
   // Writes src converted to dst's type into dst's bytes; returns a node later ops may depend on.
   Tensor* copy(Tensor* src, Tensor* dst);
@@ -41,7 +40,8 @@ class Graph {
   std::span<Tensor* const> all() const { return all_; }
 
  private:
-  Tensor* node(OpKind op, DType type, std::array<int64_t, 4> ne, std::initializer_list<Tensor*> src);
+  Tensor* node(OpKind op, DType type, std::array<int64_t, 4> ne,
+               std::initializer_list<Tensor*> src);
   std::deque<Tensor> storage_;
   std::vector<Tensor*> all_;
   std::vector<Tensor*> nodes_;

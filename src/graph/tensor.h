@@ -12,20 +12,20 @@
 namespace ps {
 
 enum class OpKind : uint8_t {
-  None,      // a leaf: weights, inputs, KV cache
-  View,      // shares src[0]'s bytes (reshape / slice); no kernel runs
-  GetRows,   // src0: table [n, rows] any dtype, src1: I32 ids [k] -> F32 [n, k]
-  MatMul,    // src0: weight [K, N] any dtype, src1: F32 [K, M] -> F32 [N, M]
-  RmsNorm,   // src0 F32 [n, ...]; fparams[0] = eps
-  Mul,       // src0 * src1, src1 broadcast over rows when src1->ne[1..3] == 1
-  Add,       // src0 + src1, broadcast as Mul
+  None,     // a leaf: weights, inputs, KV cache
+  View,     // shares src[0]'s bytes (reshape / slice); no kernel runs
+  GetRows,  // src0: table [n, rows] any dtype, src1: I32 ids [k] -> F32 [n, k]
+  MatMul,   // src0: weight [K, N] any dtype, src1: F32 [K, M] -> F32 [N, M]
+  RmsNorm,  // src0 F32 [n, ...]; fparams[0] = eps
+  Mul,      // src0 * src1, src1 broadcast over rows when src1->ne[1..3] == 1
+  Add,      // src0 + src1, broadcast as Mul
   Silu,
-  Gelu,      // tanh approximation
-  SwiGlu,    // silu(src0) * src1
-  Rope,      // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens]
-  SoftMax,   // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
-  Copy,      // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
-  Attention, // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx]
+  Gelu,       // tanh approximation
+  SwiGlu,     // silu(src0) * src1
+  Rope,       // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens]
+  SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
+  Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
+  Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx]
   Count,
 };
 

@@ -1,7 +1,8 @@
 // The llama architecture (Llama 1/2/3, Mistral, TinyLlama, SmolLM): pre-norm blocks with
 // grouped-query attention and a SwiGLU feed-forward, RoPE in GGUF's adjacent-pair layout.
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -31,8 +32,8 @@ class LlamaModel final : public Model {
     p.n_layer = req(a + ".block_count");
     p.n_ff = req(a + ".feed_forward_length");
     p.n_head = req(a + ".attention.head_count");
-    p.n_head_kv = f.has(a + ".attention.head_count_kv") ? req(a + ".attention.head_count_kv")
-                                                        : p.n_head;
+    p.n_head_kv =
+        f.has(a + ".attention.head_count_kv") ? req(a + ".attention.head_count_kv") : p.n_head;
     p.n_ctx_train = f.get_int(a + ".context_length", 2048);
     if (p.n_embd % p.n_head != 0)
       throw ModelError(fmt::format("{}: embedding_length {} is not a multiple of head_count {}",
@@ -63,8 +64,8 @@ class LlamaModel final : public Model {
 
     const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
     if (!emb || emb->dims.size() != 2)
-      throw ModelError(fmt::format("{}: tensor 'token_embd.weight' is missing or not 2-D",
-                                   f.path()));
+      throw ModelError(
+          fmt::format("{}: tensor 'token_embd.weight' is missing or not 2-D", f.path()));
     p.n_vocab = emb->dims[1];
     tok_embd_ = weight(f, "token_embd.weight", {p.n_embd, p.n_vocab, 1, 1});
     out_norm_ = weight(f, "output_norm.weight", {p.n_embd, 1, 1, 1});
@@ -111,8 +112,8 @@ class LlamaModel final : public Model {
       // This batch's slice of the cache: positions [n_past, n_past + T).
       const int64_t kv_dim = p.head_dim * p.n_head_kv;
       auto slot = [&](Tensor* cache) {
-        return g.view(cache, {kv_dim, T, 1, 1}, {cache->nb[0], cache->nb[2], cache->nb[2] * T,
-                                                 cache->nb[2] * T},
+        return g.view(cache, {kv_dim, T, 1, 1},
+                      {cache->nb[0], cache->nb[2], cache->nb[2] * T, cache->nb[2] * T},
                       size_t(in.n_past) * cache->nb[2]);
       };
       g.copy(g.reshape(k, {kv_dim, T, 1, 1}), slot(kc));

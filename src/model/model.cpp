@@ -12,8 +12,8 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   if (arch.empty())
     throw ModelError(fmt::format("{}: metadata 'general.architecture' is missing", file.path()));
   if (arch == "llama") return make_llama_model(file);
-  throw ModelError(fmt::format("{}: architecture '{}' is not supported (supported: llama)",
-                               file.path(), arch));
+  throw ModelError(
+      fmt::format("{}: architecture '{}' is not supported (supported: llama)", file.path(), arch));
 }
 
 Tensor* Model::weight(const gguf::File& f, const std::string& name, std::array<int64_t, 4> ne,

@@ -1,7 +1,8 @@
 #include "scheduler/scheduler.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -78,8 +79,10 @@ Scheduler::Scheduler(std::vector<Device*> devices, bool strict)
   if (devices_.empty()) throw BackendError("scheduler: no device to run on");
   for (Device* d : devices_)
     if (!d->reads_host_memory())
-      throw BackendError(fmt::format("scheduler: device {} needs explicit copies, which this "
-                                     "scheduler does not plan yet", d->info().id));
+      throw BackendError(
+          fmt::format("scheduler: device {} needs explicit copies, which this "
+                      "scheduler does not plan yet",
+                      d->info().id));
 }
 
 void Scheduler::place(Graph& graph) {

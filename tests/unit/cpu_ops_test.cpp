@@ -268,8 +268,8 @@ TEST_P(CpuOps, CopyConvertsIntoAStridedView) {
     for (int64_t i = 0; i < rows; ++i) {
       std::vector<uint8_t> expect(row_bytes(t, n));
       quantize_row(t, x.data() + i * n, expect.data(), n);
-      ASSERT_EQ(0, std::memcmp(expect.data(), dst.data() + (i + 2) * row_bytes(t, n),
-                               expect.size()))
+      ASSERT_EQ(0,
+                std::memcmp(expect.data(), dst.data() + (i + 2) * row_bytes(t, n), expect.size()))
           << dtype_name(t);
     }
     EXPECT_EQ(dst[0], 0xAB);  // rows outside the view are untouched

@@ -13,18 +13,54 @@ class GgufBuilder {
       : version_(version), alignment_(alignment) {}
 
   // Metadata writers; each appends one key/value record.
-  void kv_u32(const std::string& k, uint32_t v) { key(k, 4); put(v); }
-  void kv_i32(const std::string& k, int32_t v) { key(k, 5); put(v); }
-  void kv_f32(const std::string& k, float v) { key(k, 6); put(v); }
-  void kv_bool(const std::string& k, bool v) { key(k, 7); put(uint8_t(v)); }
-  void kv_str(const std::string& k, const std::string& v) { key(k, 8); str(v); }
-  void kv_u64(const std::string& k, uint64_t v) { key(k, 10); put(v); }
-  void kv_i64(const std::string& k, int64_t v) { key(k, 11); put(v); }
-  void kv_f64(const std::string& k, double v) { key(k, 12); put(v); }
-  void kv_u8(const std::string& k, uint8_t v) { key(k, 0); put(v); }
-  void kv_i8(const std::string& k, int8_t v) { key(k, 1); put(v); }
-  void kv_u16(const std::string& k, uint16_t v) { key(k, 2); put(v); }
-  void kv_i16(const std::string& k, int16_t v) { key(k, 3); put(v); }
+  void kv_u32(const std::string& k, uint32_t v) {
+    key(k, 4);
+    put(v);
+  }
+  void kv_i32(const std::string& k, int32_t v) {
+    key(k, 5);
+    put(v);
+  }
+  void kv_f32(const std::string& k, float v) {
+    key(k, 6);
+    put(v);
+  }
+  void kv_bool(const std::string& k, bool v) {
+    key(k, 7);
+    put(uint8_t(v));
+  }
+  void kv_str(const std::string& k, const std::string& v) {
+    key(k, 8);
+    str(v);
+  }
+  void kv_u64(const std::string& k, uint64_t v) {
+    key(k, 10);
+    put(v);
+  }
+  void kv_i64(const std::string& k, int64_t v) {
+    key(k, 11);
+    put(v);
+  }
+  void kv_f64(const std::string& k, double v) {
+    key(k, 12);
+    put(v);
+  }
+  void kv_u8(const std::string& k, uint8_t v) {
+    key(k, 0);
+    put(v);
+  }
+  void kv_i8(const std::string& k, int8_t v) {
+    key(k, 1);
+    put(v);
+  }
+  void kv_u16(const std::string& k, uint16_t v) {
+    key(k, 2);
+    put(v);
+  }
+  void kv_i16(const std::string& k, int16_t v) {
+    key(k, 3);
+    put(v);
+  }
   void kv_str_array(const std::string& k, const std::vector<std::string>& v) {
     key(k, 9);
     put(uint32_t(8));

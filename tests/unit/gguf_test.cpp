@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -288,7 +288,8 @@ TEST(Gguf, OpenReportsMissingFile) {
 
 TEST(Gguf, ReadsSharedModels) {
   const char* dir = std::getenv("POLYSTACK_SHARED_DIR");
-  const std::string path = std::string(dir ? dir : POLYSTACK_SHARED_DIR) + "/models/stories260K.gguf";
+  const std::string path =
+      std::string(dir ? dir : POLYSTACK_SHARED_DIR) + "/models/stories260K.gguf";
   if (!std::ifstream(path)) GTEST_SKIP() << "shared models not found at " << path;
   auto f = gguf::File::open(path);
   EXPECT_EQ(f->version(), 3u);

@@ -72,9 +72,9 @@ TEST(Registry, PolicyPrefersDiscreteThenNativeApi) {
   Registry r;
   r.add(make_cpu_backend());
   r.add(std::make_unique<StaticBackend>(
-      Api::Vulkan, std::vector<DeviceInfo>{
-                       gpu("vulkan:0", Api::Vulkan, DeviceKind::IntegratedGpu, "igpu"),
-                       gpu("vulkan:1", Api::Vulkan, DeviceKind::DiscreteGpu, "dgpu")}));
+      Api::Vulkan,
+      std::vector<DeviceInfo>{gpu("vulkan:0", Api::Vulkan, DeviceKind::IntegratedGpu, "igpu"),
+                              gpu("vulkan:1", Api::Vulkan, DeviceKind::DiscreteGpu, "dgpu")}));
   r.add(std::make_unique<StaticBackend>(
       Api::Cuda,
       std::vector<DeviceInfo>{gpu("cuda:0", Api::Cuda, DeviceKind::DiscreteGpu, "dgpu")}));

@@ -269,6 +269,37 @@ TEST_P(VecDotSimd, MatchesScalar) {
   }
 }
 
+// Block scales at the edges of fp16 (zeros of either sign, subnormals, the smallest and largest
+// normals) convert exactly as the scalar kernels convert them, however the SIMD kernels do it.
+// One edge value per row, so that no larger block hides an error in the tolerance.
+TEST_P(VecDotSimd, EdgeScalesMatchScalar) {
+  const uint16_t kEdgeHalves[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0200,
+                                  0x0400, 0x8400, 0x7bff, 0xb555};
+  std::mt19937 rng(1234);
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1}) {
+    const DotKernel& simd = level_kernel(t, GetParam());
+    const DotKernel& scalar = level_kernel(t, IsaLevel::Scalar);
+    for (uint16_t edge : kEdgeHalves) {
+      const int64_t n = 32 * 11;
+      SCOPED_TRACE(describe(t, n, "edge scale") + " bits " + std::to_string(edge));
+      WeightRow w = raw_weights(t, n, rng);
+      const size_t block_bytes = ps::dtype_info(t).block_bytes;
+      for (size_t off = 0; off < w.bytes.size(); off += block_bytes) {
+        std::memcpy(&w.bytes[off], &edge, 2);
+        // The offset flips sign from block to block so that it never cancels the scaled sum.
+        const uint16_t m = uint16_t(edge ^ ((off / block_bytes) % 2 ? 0x8000 : 0));
+        if (has_offset(t)) std::memcpy(&w.bytes[off + 2], &m, 2);
+      }
+      ps::dequantize_row(t, w.bytes.data(), w.values.data(), n);
+      const ActRow a = activations(scalar, n, rng);
+      const Reference ref = reference_dot(t, w, scalar.act_type, a.bytes, n);
+      const float want = scalar.dot(n, w.bytes.data(), a.bytes.data());
+      const float got = simd.dot(n, w.bytes.data(), a.bytes.data());
+      EXPECT_NEAR(got, want, 1e-5 * ref.scale);
+    }
+  }
+}
+
 // Bytes that end exactly where an inaccessible page begins, so a read past them faults.
 class GuardedBytes {
  public:

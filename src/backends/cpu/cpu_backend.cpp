@@ -1,10 +1,10 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <fmt/format.h>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -101,8 +101,10 @@ class CpuDevice final : public Device {
           if (c->type != DType::F16 && c->type != DType::F32)
             return fmt::format("KV cache of type {} (F16 or F32 only)", dtype_name(c->type));
         return {};
-      case OpKind::Count: return "unknown op";
-      default: return {};
+      case OpKind::Count:
+        return "unknown op";
+      default:
+        return {};
     }
   }
 
@@ -119,20 +121,30 @@ class CpuDevice final : public Device {
   void run(Tensor& n) {
     switch (n.op) {
       case OpKind::None:
-      case OpKind::View: return;
-      case OpKind::MatMul: return cpu::matmul(ctx_, n);
-      case OpKind::GetRows: return cpu::get_rows(ctx_, n);
-      case OpKind::RmsNorm: return cpu::rms_norm(ctx_, n);
-      case OpKind::Rope: return cpu::rope(ctx_, n);
-      case OpKind::SoftMax: return cpu::softmax(ctx_, n);
-      case OpKind::Attention: return cpu::attention(ctx_, n);
-      case OpKind::Copy: return cpu::copy(ctx_, n);
+      case OpKind::View:
+        return;
+      case OpKind::MatMul:
+        return cpu::matmul(ctx_, n);
+      case OpKind::GetRows:
+        return cpu::get_rows(ctx_, n);
+      case OpKind::RmsNorm:
+        return cpu::rms_norm(ctx_, n);
+      case OpKind::Rope:
+        return cpu::rope(ctx_, n);
+      case OpKind::SoftMax:
+        return cpu::softmax(ctx_, n);
+      case OpKind::Attention:
+        return cpu::attention(ctx_, n);
+      case OpKind::Copy:
+        return cpu::copy(ctx_, n);
       case OpKind::Add:
       case OpKind::Mul:
       case OpKind::Silu:
       case OpKind::Gelu:
-      case OpKind::SwiGlu: return cpu::elementwise(ctx_, n);
-      case OpKind::Count: break;
+      case OpKind::SwiGlu:
+        return cpu::elementwise(ctx_, n);
+      case OpKind::Count:
+        break;
     }
     throw BackendError(fmt::format("cpu: no kernel for op {}", op_name(n.op)));
   }

@@ -24,8 +24,7 @@ void elementwise(Context& ctx, Tensor& node) {
     float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
     const float* y = nullptr;
     if (b)  // rows of b repeat along any dimension where b has extent 1
-      y = reinterpret_cast<const float*>(
-          row_ptr(*b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]));
+      y = reinterpret_cast<const float*>(row_ptr(*b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]));
     switch (op) {
       case OpKind::Add:
         for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
@@ -42,7 +41,8 @@ void elementwise(Context& ctx, Tensor& node) {
       case OpKind::SwiGlu:
         for (int64_t i = 0; i < n; ++i) out[i] = silu(x[i]) * y[i];
         break;
-      default: break;
+      default:
+        break;
     }
   });
 }

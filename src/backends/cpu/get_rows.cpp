@@ -1,5 +1,6 @@
-#include <cstring>
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
@@ -13,8 +14,8 @@ void get_rows(Context& ctx, Tensor& node) {
   ctx.pool->parallel_for(ids.ne[0], [&](int64_t i, int) {
     const int32_t r = id[i];
     if (r < 0 || r >= table.ne[1])
-      throw BackendError(fmt::format("get_rows: id {} outside {} rows of {}", r, table.ne[1],
-                                     table.name));
+      throw BackendError(
+          fmt::format("get_rows: id {} outside {} rows of {}", r, table.ne[1], table.name));
     dequantize_row(table.type, row_ptr(table, r), reinterpret_cast<float*>(row_ptr(node, i)),
                    table.ne[0]);
   });
