@@ -83,6 +83,7 @@ Action add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Machine-readable output");
 
   return [o] {
+    check_device_flag(o->mf);
     auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
     const ModelParams& p = model->model->params();
     std::vector<int> threads = o->threads;

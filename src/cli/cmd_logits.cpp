@@ -32,6 +32,7 @@ Action add_logits(CLI::App& app) {
         throw UsageError(fmt::format("--tokens: '{}' is not a token id", word));
       ids.push_back(int32_t(v));
     }
+    check_device_flag(o->mf);
     auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
     Session s(model, o->mf.session);
     const std::vector<float> logits = s.eval(ids, /*all_logits=*/true);

@@ -56,6 +56,7 @@ Action add_run(CLI::App& app) {
   return [o, p, f] {
     const std::string prompt = *f ? read_file_bytes(o->file) : o->prompt;
     const std::string path = resolve_model_path(o->mf);
+    check_device_flag(o->mf);
     auto model = LoadedModel::load(path);
     fmt::print(stderr, "polystack: loaded {} in {:.0f} ms: {}\n", path, model->load_seconds * 1e3,
                describe(*model));

@@ -29,6 +29,8 @@ struct ModelFlags {
   SessionOptions session;
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
+// Fails fast on a --device that does not exist, before a model is loaded.
+void check_device_flag(const ModelFlags& f);
 // The model path from -m, else POLYSTACK_MODEL; UsageError saying how to get one otherwise.
 std::string resolve_model_path(const ModelFlags& f);
 

@@ -1,5 +1,6 @@
 #include <cstdlib>
 
+#include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -19,6 +20,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
                   "Device to run on, e.g. cpu or vulkan:0 (default: chosen by policy)");
   cmd->add_flag("--strict", f.session.strict,
                 "Fail instead of running unsupported ops on another device");
+}
+
+void check_device_flag(const ModelFlags& f) {
+  if (f.session.device.empty()) return;
+  DeviceOptions probe;
+  probe.n_threads = 1;
+  Registry::global().open(f.session.device, probe);
 }
 
 std::string resolve_model_path(const ModelFlags& f) {
