@@ -352,22 +352,7 @@ constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTile
 
 const GemmKernel* gemm_kernel_avx512(DType w) {
   switch (w) {
-    case DType::F32:
-      return &kF32;
-    case DType::F16:
-      return &kF16;
-    case DType::BF16:
-      return &kBF16;
-    case DType::Q8_0:
-      return &kQ8_0;
-    case DType::Q4_0:
-      return &kQ4_0;
-    case DType::Q5_0:
-      return &kQ5_0;
-    case DType::Q4_1:
-      return &kQ4_1;
-    case DType::Q5_1:
-      return &kQ5_1;
+    POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return nullptr;
   }

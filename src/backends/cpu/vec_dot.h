@@ -8,6 +8,14 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 
+// The weight types with CPU kernels. Each per-ISA file maps them to its own kernel tables
+// through this list: a macro rather than a shared inline function, so no code compiled for one
+// ISA level is linked into another.
+#define POLYSTACK_CPU_WEIGHT_TYPES(X) X(F32) X(F16) X(BF16) X(Q8_0) X(Q4_0) X(Q5_0) X(Q4_1) X(Q5_1)
+#define POLYSTACK_CPU_KERNEL_CASE(T) \
+  case DType::T:                     \
+    return &k##T;
+
 namespace ps::cpu {
 
 // GGUF's Q8_1 block. Only activations use it, so it lives with the kernels rather than in core:
