@@ -11,12 +11,8 @@ void copy(Context& ctx, Tensor& node) {
   const Tensor& dst = *node.src[1];
   const int64_t n = src.ne[0];
   ctx.pool->parallel_for(src.n_rows(), [&](int64_t r, int) {
-    const int64_t s1 = r % src.ne[1], s2 = (r / src.ne[1]) % src.ne[2],
-                  s3 = r / (src.ne[1] * src.ne[2]);
-    const int64_t d1 = r % dst.ne[1], d2 = (r / dst.ne[1]) % dst.ne[2],
-                  d3 = r / (dst.ne[1] * dst.ne[2]);
-    const void* in = row_ptr(src, s1, s2, s3);
-    void* out = row_ptr(dst, d1, d2, d3);
+    const void* in = row_ptr(src, row_index(src, r));
+    void* out = row_ptr(dst, row_index(dst, r));
     if (src.type == DType::F32) {
       quantize_row(dst.type, static_cast<const float*>(in), out, n);
     } else {

@@ -19,12 +19,13 @@ void elementwise(Context& ctx, Tensor& node) {
   const int64_t n = a.ne[0];
   const OpKind op = node.op;
   ctx.pool->parallel_for(a.n_rows(), [&](int64_t r, int) {
-    const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
-    const float* x = reinterpret_cast<const float*>(row_ptr(a, i1, i2, i3));
-    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
+    const RowIndex at = row_index(a, r);
+    const float* x = reinterpret_cast<const float*>(row_ptr(a, at));
+    float* out = reinterpret_cast<float*>(row_ptr(node, at));
     const float* y = nullptr;
     if (b)  // rows of b repeat along any dimension where b has extent 1
-      y = reinterpret_cast<const float*>(row_ptr(*b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]));
+      y = reinterpret_cast<const float*>(
+          row_ptr(*b, at.i1 % b->ne[1], at.i2 % b->ne[2], at.i3 % b->ne[3]));
     switch (op) {
       case OpKind::Add:
         for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];

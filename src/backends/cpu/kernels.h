@@ -35,4 +35,13 @@ inline char* row_ptr(const Tensor& t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0
   return static_cast<char*>(t.data) + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
 }
 
+// The r-th row of t, counting over dimensions 1..3 with dimension 1 fastest.
+struct RowIndex {
+  int64_t i1, i2, i3;
+};
+inline RowIndex row_index(const Tensor& t, int64_t r) {
+  return {r % t.ne[1], (r / t.ne[1]) % t.ne[2], r / (t.ne[1] * t.ne[2])};
+}
+inline char* row_ptr(const Tensor& t, RowIndex i) { return row_ptr(t, i.i1, i.i2, i.i3); }
+
 }  // namespace ps::cpu

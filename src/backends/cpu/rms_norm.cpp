@@ -9,9 +9,9 @@ void rms_norm(Context& ctx, Tensor& node) {
   const int64_t n = x.ne[0];
   const float eps = node.fparams[0];
   ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
-    const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-    const float* in = reinterpret_cast<const float*>(row_ptr(x, i1, i2, i3));
-    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
+    const RowIndex at = row_index(x, r);
+    const float* in = reinterpret_cast<const float*>(row_ptr(x, at));
+    float* out = reinterpret_cast<float*>(row_ptr(node, at));
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += double(in[i]) * in[i];
     const float scale = float(1.0 / std::sqrt(sum / double(n) + double(eps)));

@@ -13,10 +13,10 @@ void softmax(Context& ctx, Tensor& node) {
   const float scale = node.fparams[0];
   const int32_t causal = node.iparams[0];
   ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
-    const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-    const float* in = reinterpret_cast<const float*>(row_ptr(x, i1, i2, i3));
-    float* out = reinterpret_cast<float*>(row_ptr(node, i1, i2, i3));
-    const int64_t visible = causal >= 0 ? std::min<int64_t>(n, i1 + causal + 1) : n;
+    const RowIndex at = row_index(x, r);
+    const float* in = reinterpret_cast<const float*>(row_ptr(x, at));
+    float* out = reinterpret_cast<float*>(row_ptr(node, at));
+    const int64_t visible = causal >= 0 ? std::min<int64_t>(n, at.i1 + causal + 1) : n;
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, in[j] * scale);
     double sum = 0;
