@@ -11,8 +11,9 @@
 // (offset . a) computed once per column. Float types convert each weight vector to F32 once
 // for C columns.
 //
-// This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a shared
-// header, so no out-of-line copy built with these flags can replace the baseline one at link.
+// This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
+// baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
+// out-of-line copy built with these flags can replace the baseline one at link.
 #include "backends/cpu/gemm.h"
 
 #if defined(__x86_64__)
@@ -21,6 +22,8 @@
 
 #include <cstring>
 #include <utility>
+
+#include "backends/cpu/simd_avx2.h"
 
 namespace ps::cpu {
 namespace {
@@ -51,28 +54,7 @@ void store_column(const __m256 (&acc)[R], __m128 extra, float* out) {
   }
 }
 
-float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
 // ---- float weights ----------------------------------------------------------------------
-
-struct LoadF32 {
-  using Elem = float;
-  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
-};
-struct LoadF16 {
-  using Elem = uint16_t;
-  static __m256 load(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-};
-struct LoadBF16 {
-  using Elem = uint16_t;
-  static __m256 load(const uint16_t* p) {
-    const __m256i wide =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-  }
-};
 
 // Eight elements of every row against eight of every column.
 template <typename Load, int R, int C>
@@ -134,31 +116,6 @@ struct FloatTile {
 };
 
 // ---- quantized weights ------------------------------------------------------------------
-
-// 32 packed nibbles as 32 bytes in element order: element j is the low nibble of qs[j] and
-// element j+16 the high one.
-__m256i unpack_nibbles(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-}
-
-// Bit j of qh as 0x10 in byte j (the fifth bit of a Q5 element).
-__m256i unpack_fifth_bits(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int32_t(bits)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-  // Byte j now holds bits 8*(j/8)..+7; setting every bit but j%8 makes it all-ones iff bit
-  // j%8 was set.
-  const __m256i probe = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(probe, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
-}
-
-__m256i load_bytes(const int8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
 
 // Per weight type: the block layouts, how a block's 32 weights become bytes, and how those
 // bytes multiply activation bytes. `offset` is subtracted from unsigned weights (w - offset)

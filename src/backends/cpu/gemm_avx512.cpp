@@ -9,8 +9,9 @@
 // 32 bits and cannot saturate. Each half is then scaled in float by its block's d_w * d_a.
 // A row with an odd block count ends with one block and a zero upper half, whose scale is 0.
 //
-// This file is compiled with the AVX-512 flags: it calls no inline function of a shared header,
-// so no out-of-line copy built with these flags can replace the baseline one at link.
+// This file is compiled with the AVX-512 flags: it calls no inline function of a header that
+// baseline files include (simd_avx512.h is for AVX-512 files only and has internal linkage), so
+// no out-of-line copy built with these flags can replace the baseline one at link.
 #include "backends/cpu/gemm.h"
 
 #if defined(__x86_64__)
@@ -21,6 +22,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+
+#include "backends/cpu/simd_avx512.h"
 #pragma GCC diagnostic pop
 
 #include <cstring>
@@ -52,37 +55,7 @@ void store_column(const __m512 (&acc)[R], __m128 extra, float* out) {
   _mm_mask_storeu_ps(out, __mmask8((1u << R) - 1), s);
 }
 
-float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
 // ---- float weights ----------------------------------------------------------------------
-
-// Converts 16 weights starting at p to float; the masked form reads only the lanes in mask.
-struct LoadF32 {
-  using Elem = float;
-  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-  static __m512 load(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
-};
-struct LoadF16 {
-  using Elem = uint16_t;
-  static __m512 load(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load(const uint16_t* p, __mmask16 mask) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-  }
-};
-struct LoadBF16 {
-  using Elem = uint16_t;
-  static __m512 widen(__m256i bits) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-  }
-  static __m512 load(const uint16_t* p) {
-    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load(const uint16_t* p, __mmask16 mask) {
-    return widen(_mm256_maskz_loadu_epi16(mask, p));
-  }
-};
 
 template <typename Load>
 struct FloatTile {
