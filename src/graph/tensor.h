@@ -45,6 +45,9 @@ struct Tensor {
   std::array<float, 4> fparams{};
   size_t view_offset = 0;  // for View: byte offset into src[0]
   int device = -1;         // placement chosen by the scheduler
+  // The bytes never change while any device that computed with them is alive (model weights):
+  // a backend may keep a copy derived from them (packed, uploaded) keyed by data.
+  bool constant = false;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

@@ -38,6 +38,7 @@ Tensor* Model::weight(const gguf::File& f, const std::string& name, std::array<i
   t.ne = ne;
   t.set_contiguous_strides();
   t.data = const_cast<uint8_t*>(ti->data);  // read-only mapping; kernels never write weights
+  t.constant = true;
   params_.n_params += uint64_t(ti->n_elements());
   params_.weight_bytes += ti->nbytes;
   return &t;

@@ -4,8 +4,6 @@
 #include "backends/cpu/vec_dot.h"
 
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "guarded_bytes.h"
 
 namespace {
 
@@ -300,27 +299,35 @@ TEST_P(VecDotSimd, EdgeScalesMatchScalar) {
   }
 }
 
-// Bytes that end exactly where an inaccessible page begins, so a read past them faults.
-class GuardedBytes {
- public:
-  explicit GuardedBytes(const void* src, size_t size) : size_(size) {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    span_ = (size + page - 1) / page * page + page;
-    void* base = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) throw std::runtime_error("mmap failed");
-    base_ = static_cast<uint8_t*>(base);
-    if (mprotect(base_ + span_ - page, page, PROT_NONE) != 0) throw std::runtime_error("mprotect");
-    std::memcpy(data(), src, size);
+// attention's weighted sum of V rows: y += a * x for every float type, on lengths around the
+// vector steps, touching nothing past n (a guard page after x, sentinels after y).
+TEST_P(VecDotSimd, AxpyMatchesScalarAndWritesOnlyNElements) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType t : kFloatTypes) {
+    const DotKernel& simd = level_kernel(t, GetParam());
+    const DotKernel& scalar = level_kernel(t, IsaLevel::Scalar);
+    ASSERT_NE(simd.axpy, nullptr);
+    for (int64_t n : kFloatLengths) {
+      SCOPED_TRACE(describe(t, n, "axpy"));
+      const WeightRow x = weights_from_floats(t, n, rng);
+      ps::GuardedBytes gx(x.bytes.data(), x.bytes.size());
+      std::vector<float> y0(size_t(n) + 8);
+      for (float& v : y0) v = normal(rng);
+      const float a = normal(rng);
+      std::vector<float> want = y0, got = y0;
+      scalar.axpy(n, a, x.bytes.data(), want.data());
+      simd.axpy(n, a, gx.data(), got.data());
+      for (int64_t i = 0; i < n; ++i) {
+        // One rounding of a * x + y with FMA, two without.
+        const double size = std::fabs(double(a) * x.values[size_t(i)]) + std::fabs(y0[size_t(i)]);
+        ASSERT_NEAR(got[size_t(i)], want[size_t(i)], 2e-7 * size) << "element " << i;
+      }
+      for (size_t i = size_t(n); i < y0.size(); ++i) ASSERT_EQ(got[i], y0[i]) << "past n: " << i;
+    }
   }
-  ~GuardedBytes() { munmap(base_, span_); }
-  GuardedBytes(const GuardedBytes&) = delete;
-  GuardedBytes& operator=(const GuardedBytes&) = delete;
-  uint8_t* data() { return base_ + span_ - sysconf(_SC_PAGESIZE) - size_; }
-
- private:
-  uint8_t* base_ = nullptr;
-  size_t size_, span_ = 0;
-};
+  for (DType t : kQuantTypes) EXPECT_EQ(level_kernel(t, GetParam()).axpy, nullptr);
+}
 
 // Rows and activations that end at a guard page: the dot kernels and the activation quantizers
 // read exactly their n elements (a tail handled by a full-width load would crash here).
@@ -335,9 +342,9 @@ TEST_P(VecDotSimd, ReadsNothingPastTheRow) {
       SCOPED_TRACE(describe(t, n, ""));
       const WeightRow w = weights_from_floats(t, n, rng);
       const ActRow a = activations(scalar, n, rng);
-      GuardedBytes guarded_w(w.bytes.data(), w.bytes.size());
-      GuardedBytes guarded_a(a.bytes.data(), a.bytes.size());
-      GuardedBytes guarded_x(a.source.data(), a.source.size() * sizeof(float));
+      ps::GuardedBytes guarded_w(w.bytes.data(), w.bytes.size());
+      ps::GuardedBytes guarded_a(a.bytes.data(), a.bytes.size());
+      ps::GuardedBytes guarded_x(a.source.data(), a.source.size() * sizeof(float));
       const Reference ref = reference_dot(t, w, scalar.act_type, a.bytes, n);
       EXPECT_NEAR(simd.dot(n, guarded_w.data(), guarded_a.data()),
                   scalar.dot(n, w.bytes.data(), a.bytes.data()), 1e-5 * ref.scale);

@@ -1,13 +1,16 @@
 // Causal attention for a batch of queries over the F16 KV cache: scores with the SIMD F16 dot
-// kernel, an exact softmax per (token, head), then the weighted sum of V rows. Grouped-query
+// kernel, an exact softmax per (token, head), then the weighted sum of V rows with the SIMD
+// axpy kernel. Grouped-query
 // attention maps n_head / n_kv_head query heads onto each cache head.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec_dot.h"
-#include "core/fp16.h"
+#include "core/error.h"
 
 namespace ps::cpu {
 
@@ -21,6 +24,10 @@ void attention(Context& ctx, Tensor& node) {
   const int32_t n_past = node.iparams[0];
   const float scale = node.fparams[0];
   const DotKernel& kdot = dot_kernel(kc.type, ctx.isa);
+  const AxpyFn vaxpy = dot_kernel(vc.type, ctx.isa).axpy;
+  if (!vaxpy)
+    throw BackendError(fmt::format("cpu attention: V cache {} of type {} is not a float type",
+                                   vc.name, dtype_name(vc.type)));
 
   ctx.pool->parallel_for(n_tokens * n_head, [&](int64_t task, int) {
     const int64_t t = task / n_head, h = task % n_head, kvh = h / group;
@@ -38,14 +45,7 @@ void attention(Context& ctx, Tensor& node) {
     for (int64_t j = 0; j < n_visible; ++j) {
       const float p = std::exp(scores[size_t(j)] - mx);
       sum += p;
-      const void* vr = row_ptr(vc, kvh, j);
-      if (vc.type == DType::F16) {
-        const uint16_t* v = static_cast<const uint16_t*>(vr);
-        for (int64_t i = 0; i < hd; ++i) acc[size_t(i)] += p * fp16_to_f32_fast(v[i]);
-      } else {
-        const float* v = static_cast<const float*>(vr);
-        for (int64_t i = 0; i < hd; ++i) acc[size_t(i)] += p * v[i];
-      }
+      vaxpy(hd, p, row_ptr(vc, kvh, j), acc.data());
     }
     float* out = reinterpret_cast<float*>(row_ptr(node, h, t));
     const float inv = float(1.0 / sum);

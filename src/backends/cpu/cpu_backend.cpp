@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/packed.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -80,6 +81,7 @@ class CpuDevice final : public Device {
   explicit CpuDevice(int threads) : pool_(threads), info_(cpu_device_info(threads)) {
     ctx_.pool = &pool_;
     ctx_.isa = active_isa_level();
+    ctx_.packed = &packed_;
   }
   const DeviceInfo& info() const override { return info_; }
   bool reads_host_memory() const override { return true; }
@@ -151,6 +153,7 @@ class CpuDevice final : public Device {
 
   ThreadPool pool_;
   DeviceInfo info_;
+  cpu::PackedWeights packed_;
   cpu::Context ctx_;
 };
 

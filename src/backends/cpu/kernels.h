@@ -10,9 +10,12 @@
 
 namespace ps::cpu {
 
+class PackedWeights;
+
 struct Context {
   ThreadPool* pool = nullptr;
   IsaLevel isa = IsaLevel::Scalar;
+  PackedWeights* packed = nullptr;     // the device's packed weights; null: never pack
   std::vector<unsigned char> scratch;  // grown on demand (activation quantization, ...)
   void* scratch_bytes(size_t n) {
     if (scratch.size() < n) scratch.resize(n);

@@ -11,18 +11,43 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/packed.h"
 #include "backends/cpu/vec_dot.h"
 #include "core/error.h"
 
 namespace ps::cpu {
 
+namespace {
+
+// Constant weights with a packed layout: the packed tiles serve every column count, one column
+// (decode) included.
+void matmul_packed(Context& ctx, Tensor& node, const PackedKernel& pk) {
+  const Tensor& w = *node.src[0];
+  const Tensor& x = *node.src[1];
+  const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
+  const void* packed = ctx.packed->get(w, *ctx.pool);
+  const size_t act_stride = pk.act_block_bytes * size_t(K / QK8_0);
+  char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
+  ctx.pool->parallel_for(M, [&](int64_t m, int) {
+    pk.act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride, K);
+  });
+  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, w.nb[1], act, act_stride,
+       static_cast<float*>(node.data), node.nb[1] / sizeof(float));
+}
+
+}  // namespace
+
 void matmul(Context& ctx, Tensor& node) {
   const Tensor& w = *node.src[0];
   const Tensor& x = *node.src[1];
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
-  const DotKernel& k = dot_kernel(w.type, ctx.isa);
   if (x.nb[0] != sizeof(float))
     throw BackendError(fmt::format("cpu matmul: activations {} are not contiguous rows", x.name));
+  if (ctx.packed && can_pack(w)) {
+    if (const PackedKernel* pk = packed_kernel(w.type, ctx.isa))
+      return matmul_packed(ctx, node, *pk);
+  }
+  const DotKernel& k = dot_kernel(w.type, ctx.isa);
 
   const char* act = nullptr;
   size_t act_stride = 0;

@@ -15,7 +15,7 @@
 namespace ps::cpu {
 namespace {
 
-float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // Converts 8 weights starting at p to float.
 struct LoadF32 {
@@ -41,14 +41,14 @@ struct LoadBF16 {
 
 // 32 packed nibbles as 32 bytes in element order: element j is the low nibble of qs[j] and
 // element j+16 the high one.
-__m256i unpack_nibbles(const uint8_t* qs) {
+inline __m256i unpack_nibbles(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
 // Bit j of qh as 0x10 in byte j (the fifth bit of a Q5 element).
-__m256i unpack_fifth_bits(const uint8_t* qh) {
+inline __m256i unpack_fifth_bits(const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
   const __m256i spread = _mm256_shuffle_epi8(
@@ -60,8 +60,59 @@ __m256i unpack_fifth_bits(const uint8_t* qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(probe, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
-__m256i load_bytes(const int8_t* p) {
+inline __m256i load_bytes(const int8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// std::round (halves away from zero) for |v| < 2^31, exactly: with t = trunc(v), v - t is
+// exact and trunc(2 (v - t)) is +-1 precisely when the fraction reaches one half. No SIMD
+// rounding mode rounds ties away from zero.
+inline __m256i round_half_away(__m256 v) {
+  const __m256i t = _mm256_cvttps_epi32(v);
+  const __m256 frac = _mm256_sub_ps(v, _mm256_cvtepi32_ps(t));
+  return _mm256_add_epi32(t, _mm256_cvttps_epi32(_mm256_add_ps(frac, frac)));
+}
+
+// One block of 32 activations quantized to 8 bits as the scalar quantizers do it: the same
+// max, the same d = amax / 127 and 1 / d in scalar float, the same product x * id and
+// rounding. d is returned unrounded (callers store it as fp16, where vcvtps2ph rounds to
+// nearest even as f32_to_fp16 does), with the sum of the 32 quantized values.
+struct Q8Block {
+  float d;
+  int32_t sum;
+};
+inline Q8Block quantize_q8_block(const float* x, int8_t* qs) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+  const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+  __m256 amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v0), _mm256_andnot_ps(sign_bit, v1));
+  amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v2), amax8);
+  amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v3), amax8);
+  __m128 amax4 = _mm_max_ps(_mm256_extractf128_ps(amax8, 1), _mm256_castps256_ps128(amax8));
+  amax4 = _mm_max_ps(_mm_movehl_ps(amax4, amax4), amax4);
+  amax4 = _mm_max_ss(_mm_movehdup_ps(amax4), amax4);
+  const float amax = _mm_cvtss_f32(amax4);
+  const float d = amax / 127;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const __m256 mul = _mm256_set1_ps(id);
+  const __m256i i0 = round_half_away(_mm256_mul_ps(v0, mul));
+  const __m256i i1 = round_half_away(_mm256_mul_ps(v1, mul));
+  const __m256i i2 = round_half_away(_mm256_mul_ps(v2, mul));
+  const __m256i i3 = round_half_away(_mm256_mul_ps(v3, mul));
+  // The packs work within 128-bit lanes, leaving 4-element groups in the order
+  // 0, 2, 4, 6, 1, 3, 5, 7; the permutation puts them back.
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  const __m256i ordered =
+      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), ordered);
+  return {d, hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)))};
 }
 
 }  // namespace

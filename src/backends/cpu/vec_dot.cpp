@@ -42,6 +42,21 @@ float dot_bf16(int64_t n, const void* wv, const void* av) {
   return float(sum);
 }
 
+void axpy_f32(int64_t n, float a, const void* xv, float* y) {
+  const float* x = static_cast<const float*>(xv);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16(int64_t n, float a, const void* xv, float* y) {
+  const uint16_t* x = static_cast<const uint16_t*>(xv);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+}
+
+void axpy_bf16(int64_t n, float a, const void* xv, float* y) {
+  const uint16_t* x = static_cast<const uint16_t*>(xv);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
+}
+
 // Every integer block sum below is exact (|sum| < 2^16); only the scaling is floating point.
 // The scale is rounded to float as d_w * d_a, as the SIMD kernels do, so that the levels differ
 // only by the order of the float additions.
@@ -151,9 +166,9 @@ void act_q8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32, axpy_f32};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16, axpy_f16};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16, axpy_bf16};
 constexpr DotKernel kQ8_0{DType::Q8_0, act_q8_0, dot_q8_0};
 constexpr DotKernel kQ4_0{DType::Q8_0, act_q8_0, dot_q4_0};
 constexpr DotKernel kQ5_0{DType::Q8_0, act_q8_0, dot_q5_0};

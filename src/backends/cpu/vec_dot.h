@@ -32,10 +32,14 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // Converts n F32 activations into the activation type.
 using ActFromF32Fn = void (*)(const float* x, void* dst, int64_t n);
 
+// y[i] += a * x[i] over n elements, x of a float weight type (attention's weighted sum of V).
+using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
+
 struct DotKernel {
   DType act_type;  // F32, Q8_0 or Q8_1
   ActFromF32Fn act_from_f32;
   VecDotFn dot;
+  AxpyFn axpy = nullptr;  // float types only
 };
 
 // The kernel for weight type w at ISA level isa (falls back to lower levels for types a level

@@ -27,13 +27,6 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-
 float hsum(__m128 v) {
   __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -67,6 +60,29 @@ float dot_float(int64_t n, const void* wv, const void* av) {
     acc1 = _mm256_fmadd_ps(Load::load(w_tail), _mm256_loadu_ps(a_tail), acc1);
   }
   return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+}
+
+template <typename Load>
+void axpy_float(int64_t n, float av, const void* xv, float* y) {
+  using Elem = typename Load::Elem;
+  const Elem* x = static_cast<const Elem*>(xv);
+  const __m256 a = _mm256_set1_ps(av);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load::load(x + i), _mm256_loadu_ps(y + i)));
+    _mm256_storeu_ps(y + i + 8,
+                     _mm256_fmadd_ps(a, Load::load(x + i + 8), _mm256_loadu_ps(y + i + 8)));
+  }
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load::load(x + i), _mm256_loadu_ps(y + i)));
+  if (i < n) {
+    Elem x_tail[8] = {};
+    float y_tail[8] = {};
+    std::memcpy(x_tail, x + i, size_t(n - i) * sizeof(Elem));
+    std::memcpy(y_tail, y + i, size_t(n - i) * sizeof(float));
+    _mm256_storeu_ps(y_tail, _mm256_fmadd_ps(a, Load::load(x_tail), _mm256_loadu_ps(y_tail)));
+    std::memcpy(y + i, y_tail, size_t(n - i) * sizeof(float));
+  }
 }
 
 // ---- quantized weights ------------------------------------------------------------------
@@ -154,58 +170,20 @@ __m256 block_q5_1(const BlockQ5_1& w, const BlockQ8_1& a) {
 
 // ---- activation quantization --------------------------------------------------------------
 
-// std::round (halves away from zero) for |v| < 2^31, exactly: with t = trunc(v), v - t is
-// exact and trunc(2 (v - t)) is +-1 precisely when the fraction reaches one half. No SIMD
-// rounding mode rounds ties away from zero.
-__m256i round_half_away(__m256 v) {
-  const __m256i t = _mm256_cvttps_epi32(v);
-  const __m256 frac = _mm256_sub_ps(v, _mm256_cvtepi32_ps(t));
-  return _mm256_add_epi32(t, _mm256_cvttps_epi32(_mm256_add_ps(frac, frac)));
-}
-
-// Bit-identical to the scalar quantizers: the same max, the same d = amax / 127 and 1 / d in
-// scalar float, the same product x * id and rounding, and vcvtps2ph rounds to nearest even as
-// f32_to_fp16 does.
+// Bit-identical to the scalar quantizers (see quantize_q8_block in simd_avx2.h).
 template <typename Block, bool with_sum>
 void quantize_act(const float* x, void* dst, int64_t n) {
   Block* y = static_cast<Block*>(dst);
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
-    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    __m256 amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v0), _mm256_andnot_ps(sign_bit, v1));
-    amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v2), amax8);
-    amax8 = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v3), amax8);
-    __m128 amax4 = _mm_max_ps(_mm256_extractf128_ps(amax8, 1), _mm256_castps256_ps128(amax8));
-    amax4 = _mm_max_ps(_mm_movehl_ps(amax4, amax4), amax4);
-    amax4 = _mm_max_ss(_mm_movehdup_ps(amax4), amax4);
-    const float amax = _mm_cvtss_f32(amax4);
-    const float d = amax / 127;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    const __m256 mul = _mm256_set1_ps(id);
-    const __m256i i0 = round_half_away(_mm256_mul_ps(v0, mul));
-    const __m256i i1 = round_half_away(_mm256_mul_ps(v1, mul));
-    const __m256i i2 = round_half_away(_mm256_mul_ps(v2, mul));
-    const __m256i i3 = round_half_away(_mm256_mul_ps(v3, mul));
-    // The packs work within 128-bit lanes, leaving 4-element groups in the order
-    // 0, 2, 4, 6, 1, 3, 5, 7; the permutation puts them back.
-    const __m256i packed =
-        _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-    const __m256i ordered =
-        _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), ordered);
-    y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-    if constexpr (with_sum) {
-      const int32_t sum =
-          hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
-      y[b].s = _cvtss_sh(float(sum) * d, _MM_FROUND_TO_NEAREST_INT);
-    }
+    const Q8Block q = quantize_q8_block(x, y[b].qs);
+    y[b].d = _cvtss_sh(q.d, _MM_FROUND_TO_NEAREST_INT);
+    if constexpr (with_sum) y[b].s = _cvtss_sh(float(q.sum) * q.d, _MM_FROUND_TO_NEAREST_INT);
   }
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>};
 constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
 constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
 constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,
