@@ -33,6 +33,9 @@ struct DeviceInfo {
   std::string uuid;  // stable identity, so one GPU seen through two APIs is one device
   // Further facts in display order ("cores used", "ISA", ...).
   std::vector<std::pair<std::string, std::string>> facts;
+  // Non-empty when the device was found but polystack cannot run models on it, saying why
+  // (too old an API version, no kernels in this build, ...). The default policy passes over it.
+  std::string unusable;
 };
 
 struct ProbeReport {

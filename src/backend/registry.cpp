@@ -202,11 +202,20 @@ std::unique_ptr<Device> Registry::open(const std::string& device_id, const Devic
 DeviceChoice Registry::choose_default() {
   const auto& reports = probe_all();
   std::vector<const DeviceInfo*> all;
+  std::vector<std::string> unusable;
   for (const auto& r : reports)
-    for (const auto& d : r.devices) all.push_back(&d);
-  if (all.empty()) throw BackendError("no device found at all (not even the CPU)");
+    for (const auto& d : r.devices) {
+      if (d.unusable.empty())
+        all.push_back(&d);
+      else
+        unusable.push_back(fmt::format("{} ({}): {}", d.id, d.name, d.unusable));
+    }
+  if (all.empty()) throw BackendError("no usable device found at all (not even the CPU)");
   std::stable_sort(all.begin(), all.end(), [](const DeviceInfo* a, const DeviceInfo* b) {
     if (kind_rank(a->kind) != kind_rank(b->kind)) return kind_rank(a->kind) < kind_rank(b->kind);
+    // A GPU API's driver that runs on the CPU (lavapipe, PoCL) only adds overhead to the CPU.
+    if (a->kind == DeviceKind::Cpu && (a->api == Api::Cpu) != (b->api == Api::Cpu))
+      return a->api == Api::Cpu;
     if (a->memory_total != b->memory_total) return a->memory_total > b->memory_total;
     return api_rank(a->api) < api_rank(b->api);
   });
@@ -216,16 +225,19 @@ DeviceChoice Registry::choose_default() {
   if (best->kind == DeviceKind::Cpu) {
     std::vector<std::string> why;
     for (const auto& r : reports)
-      if (r.api != Api::Cpu) why.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
-    c.reason = "no GPU is usable";
-    for (const auto& r : reports)
-      if (r.api != Api::Cpu && !r.devices.empty())
-        c.reason = fmt::format("the CPU ranks above the other devices found");
+      if (r.api != Api::Cpu && r.devices.empty())
+        why.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
+    const bool other_usable = std::any_of(all.begin(), all.end(),
+                                          [](const DeviceInfo* d) { return d->api != Api::Cpu; });
+    c.reason = other_usable ? "the CPU backend ranks above the other devices found, which run on "
+                              "the CPU too"
+                            : "no GPU is usable";
     c.passed = why;
   } else {
     c.reason = fmt::format("{} is a {}{}", best->name, device_kind_name(best->kind),
                            all.size() > 1 ? ", the highest-ranked device found" : "");
   }
+  for (const std::string& u : unusable) c.passed.push_back(u);
   for (size_t i = 1; i < all.size(); ++i) {
     const DeviceInfo* d = all[i];
     if (!best->uuid.empty() && d->uuid == best->uuid)

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.h"
@@ -28,6 +30,8 @@ nlohmann::json to_json(const DeviceInfo& d) {
   nlohmann::json facts = nlohmann::json::object();
   for (const auto& [k, v] : d.facts) facts[k] = v;
   j["facts"] = facts;
+  j["usable"] = d.unusable.empty();
+  if (!d.unusable.empty()) j["unusable_reason"] = d.unusable;
   return j;
 }
 
@@ -60,19 +64,26 @@ Action add_devices(CLI::App& app) {
       for (const auto& d : r.devices) {
         fmt::print("{}: {} ({}, {})\n", d.id, d.name, device_kind_name(d.kind), d.vendor);
         if (d.memory_total)
-          fmt::print("    memory: {} total, {} free{}\n", gib(d.memory_total), gib(d.memory_free),
+          fmt::print("    memory: {} total, {}{}\n", gib(d.memory_total),
+                     d.memory_free ? gib(d.memory_free) + " free" : std::string("free unknown"),
                      d.unified_memory ? " (shared with the host)" : "");
         if (!d.architecture.empty()) fmt::print("    architecture: {}\n", d.architecture);
         if (!d.driver_version.empty()) fmt::print("    driver: {}\n", d.driver_version);
         if (!d.runtime_version.empty()) fmt::print("    runtime: {}\n", d.runtime_version);
         if (!d.uuid.empty()) fmt::print("    uuid: {}\n", d.uuid);
         for (const auto& [k, v] : d.facts) fmt::print("    {}: {}\n", k, v);
+        if (!d.unusable.empty()) fmt::print("    not usable: {}\n", d.unusable);
       }
     }
     fmt::print("\n");
     for (const auto& r : reports) {
-      if (!r.devices.empty())
-        fmt::print("{:<9} available: {} device(s)\n", api_name(r.api), r.devices.size());
+      const auto usable = std::count_if(r.devices.begin(), r.devices.end(),
+                                        [](const DeviceInfo& d) { return d.unusable.empty(); });
+      if (usable > 0)
+        fmt::print("{:<9} available: {} device(s)\n", api_name(r.api), usable);
+      else if (!r.devices.empty())
+        fmt::print("{:<9} not used: {} device(s) found, none usable (see above)\n",
+                   api_name(r.api), r.devices.size());
       else
         fmt::print("{:<9} not used: {}\n", api_name(r.api), r.reason);
     }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import os
 import struct
 import subprocess
@@ -434,9 +435,11 @@ def main() -> int:
         valid = Path(model).read_bytes()
         lay = read_layout(valid)
 
-        devices = subprocess.run([binary, "devices"], capture_output=True, text=True, env=env,
-                                 timeout=args.timeout)
-        vulkan_present = "vulkan:0" in devices.stdout
+        devices = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True,
+                                 env=env, timeout=args.timeout)
+        # '--device vulkan:0' is an error unless this machine has a usable vulkan:0.
+        vulkan_present = any(d["id"] == "vulkan:0" and d.get("usable", True)
+                             for d in json.loads(devices.stdout)["devices"])
         every_offset = args.truncate_at == "every-offset" or (
             args.truncate_at == "auto" and not is_sanitizer_build(binary))
 
@@ -456,7 +459,7 @@ def main() -> int:
             cases += file_cases(name, path, gguf_level)
         cases += flag_cases(model, vulkan_present)
         if vulkan_present:
-            print("note: vulkan:0 exists here, so '--device vulkan:0' is not an error case")
+            print("note: vulkan:0 is usable here, so '--device vulkan:0' is not an error case")
 
         print(f"{binary}: {len(cases)} cases; header and tensor infos end at "
               f"{lay.infos_end}, data at {lay.data_offset}, file {lay.size} bytes; truncated "

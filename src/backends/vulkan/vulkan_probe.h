@@ -1,0 +1,39 @@
+#pragma once
+// Probing the Vulkan loader and drivers: devices with their facts, or why there are none.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backends/vulkan/vulkan_loader.h"
+
+namespace ps::vk {
+
+// An instance with its entry points; destroyed with it.
+struct Instance {
+  const Loader* loader = nullptr;
+  VkInstance handle = VK_NULL_HANDLE;
+  uint32_t version = 0;  // the API version the instance was created for (at most 1.3)
+  InstanceFunctions fns;
+  ~Instance();
+};
+
+// Null with the reason (no loader, no driver, creation failed).
+std::unique_ptr<Instance> create_instance(std::string* why);
+
+// A physical device: the facts reported to users, and those the backend itself decides on.
+struct DeviceExtras {
+  DeviceInfo info;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  uint32_t api_version = 0;  // min(device, instance)
+  uint32_t subgroup_size = 0;
+  bool fp16 = false, int8 = false, storage16 = false, storage8 = false;
+  bool has_memory_budget = false, has_cooperative_matrix = false, has_integer_dot_product = false;
+};
+
+std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
+                                    const InstanceFunctions& f, uint32_t instance_version);
+
+ProbeReport probe();
+
+}  // namespace ps::vk
