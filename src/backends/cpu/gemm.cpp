@@ -15,6 +15,7 @@ constexpr int64_t kMaxBlockRows = 128;
 // Tasks per thread: enough that a thread slowed by the rest of the machine does not hold up
 // the matmul, few enough that handing them out costs nothing.
 constexpr int64_t kTasksPerThread = 4;
+constexpr int64_t kDecodeTasksPerThread = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -42,9 +43,11 @@ GemmBlocking plan_gemm(int64_t n, int64_t m, size_t w_row_bytes, const GemmKerne
   // As many row blocks as the cache asks for; with several threads at least kTasksPerThread
   // each, in whole rounds, so that equal tasks leave no thread idle at the end.
   int64_t tasks = ceil_div(row_tiles, cache_tiles);
+  // One column (decode) makes short tasks whose hand-out costs little, and the last one
+  // decides when the matmul ends: more of them balance the threads more finely.
+  const int64_t per_thread = m == 1 ? kDecodeTasksPerThread : kTasksPerThread;
   if (threads > 1)
-    tasks =
-        ceil_div(std::max<int64_t>(tasks, int64_t(threads) * kTasksPerThread), threads) * threads;
+    tasks = ceil_div(std::max<int64_t>(tasks, int64_t(threads) * per_thread), threads) * threads;
   GemmBlocking b{};
   b.block_rows = ceil_div(row_tiles, std::min(tasks, row_tiles)) * R;
   b.n_row_blocks = ceil_div(row_tiles, b.block_rows / R);
