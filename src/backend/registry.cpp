@@ -227,8 +227,8 @@ DeviceChoice Registry::choose_default() {
     for (const auto& r : reports)
       if (r.api != Api::Cpu && r.devices.empty())
         why.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
-    const bool other_usable = std::any_of(all.begin(), all.end(),
-                                          [](const DeviceInfo* d) { return d->api != Api::Cpu; });
+    const bool other_usable =
+        std::any_of(all.begin(), all.end(), [](const DeviceInfo* d) { return d->api != Api::Cpu; });
     c.reason = other_usable ? "the CPU backend ranks above the other devices found, which run on "
                               "the CPU too"
                             : "no GPU is usable";

@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.h"
@@ -82,8 +81,8 @@ Action add_devices(CLI::App& app) {
       if (usable > 0)
         fmt::print("{:<9} available: {} device(s)\n", api_name(r.api), usable);
       else if (!r.devices.empty())
-        fmt::print("{:<9} not used: {} device(s) found, none usable (see above)\n",
-                   api_name(r.api), r.devices.size());
+        fmt::print("{:<9} not used: {} device(s) found, none usable (see above)\n", api_name(r.api),
+                   r.devices.size());
       else
         fmt::print("{:<9} not used: {}\n", api_name(r.api), r.reason);
     }

@@ -27,11 +27,12 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Device> open_device(int index, const DeviceOptions&) override {
     const ProbeReport r = probe();
     if (index < 0 || size_t(index) >= r.devices.size())
-      throw BackendError(fmt::format("vulkan:{}: no such device ({})", index,
-                                     r.devices.empty() ? r.reason
-                                                       : fmt::format("{} found", r.devices.size())));
+      throw BackendError(
+          fmt::format("vulkan:{}: no such device ({})", index,
+                      r.devices.empty() ? r.reason : fmt::format("{} found", r.devices.size())));
     throw BackendError(fmt::format("vulkan:{} ({}) cannot run models: {}", index,
-                                   r.devices[size_t(index)].name, r.devices[size_t(index)].unusable));
+                                   r.devices[size_t(index)].name,
+                                   r.devices[size_t(index)].unusable));
   }
 };
 

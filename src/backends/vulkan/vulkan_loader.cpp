@@ -17,9 +17,10 @@ const Loader* loader(std::string* why) {
     void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();
-      error = fmt::format("the Vulkan loader libvulkan.so.1 was not found ({}); install it "
-                          "(Debian/Ubuntu: libvulkan1)",
-                          e ? e : "dlopen failed");
+      error = fmt::format(
+          "the Vulkan loader libvulkan.so.1 was not found ({}); install it "
+          "(Debian/Ubuntu: libvulkan1)",
+          e ? e : "dlopen failed");
       return;
     }
     l.vkGetInstanceProcAddr =
@@ -49,11 +50,11 @@ const Loader* loader(std::string* why) {
 
 bool load_instance_functions(const Loader& l, VkInstance instance, InstanceFunctions& f,
                              std::string* why) {
-#define POLYSTACK_VK_LOAD_INSTANCE(name)                                                  \
-  f.name = reinterpret_cast<PFN_##name>(l.vkGetInstanceProcAddr(instance, #name));        \
-  if (!f.name) {                                                                          \
-    if (why) *why = fmt::format("the Vulkan loader does not provide {}", #name);          \
-    return false;                                                                         \
+#define POLYSTACK_VK_LOAD_INSTANCE(name)                                           \
+  f.name = reinterpret_cast<PFN_##name>(l.vkGetInstanceProcAddr(instance, #name)); \
+  if (!f.name) {                                                                   \
+    if (why) *why = fmt::format("the Vulkan loader does not provide {}", #name);   \
+    return false;                                                                  \
   }
   POLYSTACK_VK_INSTANCE_FUNCTIONS(POLYSTACK_VK_LOAD_INSTANCE)
 #undef POLYSTACK_VK_LOAD_INSTANCE

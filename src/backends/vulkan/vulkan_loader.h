@@ -14,15 +14,15 @@ namespace ps::vk {
   X(vkEnumerateInstanceVersion)          \
   X(vkEnumerateInstanceLayerProperties)
 
-#define POLYSTACK_VK_INSTANCE_FUNCTIONS(X)     \
-  X(vkDestroyInstance)                         \
-  X(vkEnumeratePhysicalDevices)                \
-  X(vkGetPhysicalDeviceProperties)             \
-  X(vkGetPhysicalDeviceProperties2)            \
-  X(vkGetPhysicalDeviceFeatures2)              \
-  X(vkGetPhysicalDeviceMemoryProperties)       \
-  X(vkGetPhysicalDeviceMemoryProperties2)      \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)  \
+#define POLYSTACK_VK_INSTANCE_FUNCTIONS(X)    \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkGetPhysicalDeviceMemoryProperties2)     \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkEnumerateDeviceExtensionProperties)
 
 #define POLYSTACK_VK_DECLARE(name) PFN_##name name = nullptr;

@@ -92,8 +92,9 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
     std::vector<VkExtensionProperties> exts(n_ext);
     f.vkEnumerateDeviceExtensionProperties(phys[i], nullptr, &n_ext, exts.data());
     const auto has_ext = [&](const char* name) {
-      return std::any_of(exts.begin(), exts.end(),
-                         [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+      return std::any_of(exts.begin(), exts.end(), [&](const VkExtensionProperties& e) {
+        return std::strcmp(e.extensionName, name) == 0;
+      });
     };
     x.has_memory_budget = has_ext(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     x.has_cooperative_matrix = has_ext("VK_KHR_cooperative_matrix");
@@ -167,11 +168,12 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
       if ((fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !(fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
         all_host_visible = false;
     }
-    d.unified_memory = d.kind == DeviceKind::IntegratedGpu || d.kind == DeviceKind::Cpu ||
-                       all_host_visible;
+    d.unified_memory =
+        d.kind == DeviceKind::IntegratedGpu || d.kind == DeviceKind::Cpu || all_host_visible;
 
-    d.facts.emplace_back("Vulkan API used", fmt::format("{}.{}", VK_API_VERSION_MAJOR(x.api_version),
-                                                        VK_API_VERSION_MINOR(x.api_version)));
+    d.facts.emplace_back("Vulkan API used",
+                         fmt::format("{}.{}", VK_API_VERSION_MAJOR(x.api_version),
+                                     VK_API_VERSION_MINOR(x.api_version)));
     if (x.subgroup_size) d.facts.emplace_back("subgroup size", std::to_string(x.subgroup_size));
     d.facts.emplace_back("fp16 arithmetic", yes_no(x.fp16));
     d.facts.emplace_back("int8 arithmetic", yes_no(x.int8));
@@ -223,12 +225,25 @@ std::unique_ptr<Instance> create_instance(std::string* why) {
   return inst;
 }
 
+const Instance* process_instance(std::string* why) {
+  // One instance for the life of the process, never destroyed: drivers load with the first
+  // instance and unload with the last, and some leave allocations behind when unloaded (which
+  // leak checkers then cannot even attribute). Creating it once also keeps repeated probes cheap.
+  static std::string error;
+  static const Instance* instance = [] {
+    std::unique_ptr<Instance> inst = create_instance(&error);
+    return inst.release();
+  }();
+  if (!instance && why) *why = error;
+  return instance;
+}
+
 ProbeReport probe() {
   ProbeReport r;
   r.api = Api::Vulkan;
   r.built = true;
   std::string why;
-  std::unique_ptr<Instance> inst = create_instance(&why);
+  const Instance* inst = process_instance(&why);
   if (!inst) {
     r.reason = why;
     return r;
@@ -236,8 +251,8 @@ ProbeReport probe() {
   for (DeviceExtras& x : enumerate(*inst->loader, inst->handle, inst->fns, inst->version))
     r.devices.push_back(std::move(x.info));
   if (r.devices.empty())
-    r.reason = fmt::format("a Vulkan driver is installed{} but reports no devices",
-                           driver_search_note());
+    r.reason =
+        fmt::format("a Vulkan driver is installed{} but reports no devices", driver_search_note());
   return r;
 }
 

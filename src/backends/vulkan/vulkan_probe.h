@@ -20,6 +20,8 @@ struct Instance {
 
 // Null with the reason (no loader, no driver, creation failed).
 std::unique_ptr<Instance> create_instance(std::string* why);
+// The process's instance, created on first use and kept (see the definition for why).
+const Instance* process_instance(std::string* why);
 
 // A physical device: the facts reported to users, and those the backend itself decides on.
 struct DeviceExtras {
