@@ -51,6 +51,9 @@ class Buffer {
   virtual ~Buffer() = default;
   virtual size_t size() const = 0;
   virtual void* host_ptr() = 0;  // nullptr when not host-visible
+  // What Tensor::data holds for the buffer's first byte: host_ptr() for host memory; for
+  // device memory an opaque address that only the owning device maps back to its buffer.
+  virtual void* address() { return host_ptr(); }
   virtual void write(size_t offset, const void* src, size_t n) = 0;
   virtual void read(size_t offset, void* dst, size_t n) const = 0;
 };

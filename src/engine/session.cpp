@@ -50,6 +50,8 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
     device_reason_ = "chosen with --device";
   }
   device_ = reg.open(id, dopts);
+  if (const DeviceInfo& di = device_->info(); !di.unusable.empty())
+    throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
   std::vector<Device*> devices{device_.get()};
   scheduler_ = std::make_unique<Scheduler>(devices, opts.strict);
 

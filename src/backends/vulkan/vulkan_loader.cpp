@@ -61,6 +61,19 @@ bool load_instance_functions(const Loader& l, VkInstance instance, InstanceFunct
   return true;
 }
 
+bool load_device_functions(const InstanceFunctions& i, VkDevice device, DeviceFunctions& f,
+                           std::string* why) {
+#define POLYSTACK_VK_LOAD_DEVICE(name)                                           \
+  f.name = reinterpret_cast<PFN_##name>(i.vkGetDeviceProcAddr(device, #name));   \
+  if (!f.name) {                                                                 \
+    if (why) *why = fmt::format("the Vulkan driver does not provide {}", #name); \
+    return false;                                                                \
+  }
+  POLYSTACK_VK_DEVICE_FUNCTIONS(POLYSTACK_VK_LOAD_DEVICE)
+#undef POLYSTACK_VK_LOAD_DEVICE
+  return true;
+}
+
 const char* result_name(VkResult r) {
   switch (r) {
     case VK_SUCCESS:

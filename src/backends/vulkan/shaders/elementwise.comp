@@ -1,0 +1,35 @@
+#version 450
+// add, mul, swiglu (src1 broadcast over rows), silu, gelu (tanh): one thread per element,
+// x = element within the row, y/z = row.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer D { float d[]; };
+
+const uint OP_ADD = 0, OP_MUL = 1, OP_SILU = 2, OP_GELU = 3, OP_SWIGLU = 4;
+
+float silu(float v) { return v / (1.0 + exp(-v)); }
+float gelu_tanh(float v) {
+  const float k = 0.79788456080286535588;
+  return 0.5 * v * (1.0 + tanh(k * v * (1.0 + 0.044715 * v * v)));
+}
+
+void main() {
+  const uint i0 = gl_GlobalInvocationID.x;
+  const uint r = gl_GlobalInvocationID.y + gl_GlobalInvocationID.z * gl_NumWorkGroups.y;
+  if (i0 >= p.ne[0] || r >= p.ne[1] * p.ne[2] * p.ne[3]) return;
+  const uvec3 at = row_index(r);
+  const float x = a[a_row(at) + i0];
+  float y = 0.0;
+  if (p.op == OP_ADD || p.op == OP_MUL || p.op == OP_SWIGLU) y = b[b_row(at) + i0];
+  float v;
+  if (p.op == OP_ADD) v = x + y;
+  else if (p.op == OP_MUL) v = x * y;
+  else if (p.op == OP_SILU) v = silu(x);
+  else if (p.op == OP_GELU) v = gelu_tanh(x);
+  else v = silu(x) * y;
+  d[d_row(at) + i0] = v;
+}

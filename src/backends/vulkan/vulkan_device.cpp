@@ -1,0 +1,395 @@
+#include "backends/vulkan/vulkan_device.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "backends/vulkan/vulkan_shaders.h"
+#include "core/error.h"
+
+namespace ps::vk {
+namespace {
+
+constexpr uint32_t kSetsPerPool = 1024;
+constexpr uint32_t kBindings = 3;  // src0, src1, output
+
+void check(VkResult r, const char* what) {
+  if (r != VK_SUCCESS)
+    throw BackendError(fmt::format("vulkan: {} failed: {}", what, result_name(r)));
+}
+
+// Addresses that stand for device memory in Tensor::data: far above any user-space mapping of
+// today's x86-64 and ARM64 kernels' defaults, never dereferenced, unique per buffer.
+uintptr_t reserve_addresses(size_t bytes) {
+  static std::atomic<uintptr_t> next{uintptr_t(0x7e00) << 32};
+  const uintptr_t span = (uintptr_t(bytes) + (uintptr_t(1) << 16)) & ~((uintptr_t(1) << 16) - 1);
+  return next.fetch_add(span + (uintptr_t(1) << 16));
+}
+
+uint32_t elems(size_t bytes, size_t elem) { return uint32_t(bytes / elem); }
+
+}  // namespace
+
+// ---- buffers ------------------------------------------------------------------------------
+
+VulkanBuffer::VulkanBuffer(VulkanDevice& dev, size_t bytes, bool staging)
+    : dev_(dev), size_(bytes), base_(reserve_addresses(bytes)) {
+  const DeviceFunctions& f = dev.fn();
+  VkBufferCreateInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bi.size = std::max<size_t>(bytes, 16);
+  bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+             VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  check(f.vkCreateBuffer(dev.device(), &bi, nullptr, &buffer_), "vkCreateBuffer");
+  VkMemoryRequirements req{};
+  f.vkGetBufferMemoryRequirements(dev.device(), buffer_, &req);
+  bool host_visible = false;
+  VkMemoryAllocateInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex = dev.memory_type(req.memoryTypeBits, staging, &host_visible);
+  const VkResult r = f.vkAllocateMemory(dev.device(), &ai, nullptr, &memory_);
+  if (r != VK_SUCCESS) {
+    f.vkDestroyBuffer(dev.device(), buffer_, nullptr);
+    throw BackendError(fmt::format("{}: cannot allocate {} bytes of device memory: {}",
+                                   dev.info().id, bytes, result_name(r)));
+  }
+  check(f.vkBindBufferMemory(dev.device(), buffer_, memory_, 0), "vkBindBufferMemory");
+  if (host_visible)
+    check(f.vkMapMemory(dev.device(), memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
+  dev.register_buffer(this);
+}
+
+VulkanBuffer::~VulkanBuffer() {
+  dev_.unregister_buffer(this);
+  const DeviceFunctions& f = dev_.fn();
+  if (mapped_) f.vkUnmapMemory(dev_.device(), memory_);
+  f.vkDestroyBuffer(dev_.device(), buffer_, nullptr);
+  f.vkFreeMemory(dev_.device(), memory_, nullptr);
+}
+
+void VulkanBuffer::write(size_t offset, const void* src, size_t n) {
+  if (offset > size_ || n > size_ - offset)
+    throw BackendError(fmt::format("{}: write of {} bytes at {} past a {}-byte buffer",
+                                   dev_.info().id, n, offset, size_));
+  if (mapped_)
+    std::memcpy(static_cast<char*>(mapped_) + offset, src, n);
+  else
+    dev_.staged_copy(*this, offset, const_cast<void*>(src), n, true);
+}
+
+void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
+  if (offset > size_ || n > size_ - offset)
+    throw BackendError(fmt::format("{}: read of {} bytes at {} past a {}-byte buffer",
+                                   dev_.info().id, n, offset, size_));
+  if (mapped_)
+    std::memcpy(dst, static_cast<const char*>(mapped_) + offset, n);
+  else
+    dev_.staged_copy(const_cast<VulkanBuffer&>(*this), offset, dst, n, false);
+}
+
+// ---- the device -----------------------------------------------------------------------------
+
+VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras,
+                           std::string unusable)
+    : info_(extras.info), extras_(extras), ifn_(instance.fns) {
+  info_.unusable = std::move(unusable);
+  const VkPhysicalDevice phys = extras.physical;
+
+  uint32_t n_families = 0;
+  ifn_.vkGetPhysicalDeviceQueueFamilyProperties(phys, &n_families, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n_families);
+  ifn_.vkGetPhysicalDeviceQueueFamilyProperties(phys, &n_families, families.data());
+  bool found = false;
+  for (uint32_t i = 0; i < n_families && !found; ++i)
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      queue_family_ = i;
+      found = true;
+    }
+  if (!found) throw BackendError(fmt::format("{}: the device has no compute queue", info_.id));
+
+  VkPhysicalDeviceProperties props{};
+  ifn_.vkGetPhysicalDeviceProperties(phys, &props);
+  storage_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
+  max_storage_range_ = props.limits.maxStorageBufferRange;
+  ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
+
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qi{};
+  qi.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+  qi.queueFamilyIndex = queue_family_;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &priority;
+  VkPhysicalDeviceVulkan12Features v12{};
+  v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  v12.shaderFloat16 = extras.fp16;
+  v12.shaderInt8 = extras.int8;
+  v12.storageBuffer8BitAccess = extras.storage8;
+  VkPhysicalDeviceVulkan11Features v11{};
+  v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  v11.storageBuffer16BitAccess = extras.storage16;
+  v11.pNext = &v12;
+  VkDeviceCreateInfo di{};
+  di.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+  di.pNext = &v11;
+  di.queueCreateInfoCount = 1;
+  di.pQueueCreateInfos = &qi;
+  check(ifn_.vkCreateDevice(phys, &di, nullptr, &device_), "vkCreateDevice");
+  std::string why;
+  if (!load_device_functions(ifn_, device_, fn_, &why)) {
+    // No table to destroy with: the entry point comes from the instance.
+    throw BackendError(fmt::format("{}: {}", info_.id, why));
+  }
+  fn_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+
+  VkCommandPoolCreateInfo pi{};
+  pi.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+  pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pi.queueFamilyIndex = queue_family_;
+  check(fn_.vkCreateCommandPool(device_, &pi, nullptr, &pool_), "vkCreateCommandPool");
+  VkCommandBufferAllocateInfo ci{};
+  ci.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  ci.commandPool = pool_;
+  ci.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ci.commandBufferCount = 1;
+  check(fn_.vkAllocateCommandBuffers(device_, &ci, &cmd_), "vkAllocateCommandBuffers");
+  VkFenceCreateInfo fi{};
+  fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+  check(fn_.vkCreateFence(device_, &fi, nullptr, &fence_), "vkCreateFence");
+
+  VkDescriptorSetLayoutBinding bindings[kBindings]{};
+  for (uint32_t i = 0; i < kBindings; ++i) {
+    bindings[i].binding = i;
+    bindings[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    bindings[i].descriptorCount = 1;
+    bindings[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo li{};
+  li.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+  li.bindingCount = kBindings;
+  li.pBindings = bindings;
+  check(fn_.vkCreateDescriptorSetLayout(device_, &li, nullptr, &set_layout_),
+        "vkCreateDescriptorSetLayout");
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Params)};
+  VkPipelineLayoutCreateInfo pli{};
+  pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  pli.setLayoutCount = 1;
+  pli.pSetLayouts = &set_layout_;
+  pli.pushConstantRangeCount = 1;
+  pli.pPushConstantRanges = &range;
+  check(fn_.vkCreatePipelineLayout(device_, &pli, nullptr, &pipeline_layout_),
+        "vkCreatePipelineLayout");
+  VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kBindings};
+  VkDescriptorPoolCreateInfo dpi{};
+  dpi.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+  dpi.maxSets = kSetsPerPool;
+  dpi.poolSizeCount = 1;
+  dpi.pPoolSizes = &size;
+  check(fn_.vkCreateDescriptorPool(device_, &dpi, nullptr, &descriptors_),
+        "vkCreateDescriptorPool");
+  sets_left_ = kSetsPerPool;
+}
+
+VulkanDevice::~VulkanDevice() {
+  if (!device_) return;
+  fn_.vkDeviceWaitIdle(device_);
+  for (auto& [name, p] : pipelines_) fn_.vkDestroyPipeline(device_, p, nullptr);
+  if (descriptors_) fn_.vkDestroyDescriptorPool(device_, descriptors_, nullptr);
+  if (pipeline_layout_) fn_.vkDestroyPipelineLayout(device_, pipeline_layout_, nullptr);
+  if (set_layout_) fn_.vkDestroyDescriptorSetLayout(device_, set_layout_, nullptr);
+  if (fence_) fn_.vkDestroyFence(device_, fence_, nullptr);
+  if (pool_) fn_.vkDestroyCommandPool(device_, pool_, nullptr);
+  fn_.vkDestroyDevice(device_, nullptr);
+}
+
+uint32_t VulkanDevice::memory_type(uint32_t allowed, bool staging, bool* host_visible) const {
+  // Device-local memory the host can map (unified memory, resizable BAR, lavapipe) avoids
+  // staging; otherwise device-local memory with staged copies.
+  constexpr VkMemoryPropertyFlags kLocal = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  constexpr VkMemoryPropertyFlags kMappable =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const std::vector<VkMemoryPropertyFlags> order =
+      staging ? std::vector<VkMemoryPropertyFlags>{kMappable}
+              : std::vector<VkMemoryPropertyFlags>{kLocal | kMappable, kLocal, kMappable};
+  for (VkMemoryPropertyFlags want : order) {
+    for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+      if (!(allowed & (1u << i))) continue;
+      const VkMemoryPropertyFlags have = memory_.memoryTypes[i].propertyFlags;
+      if ((have & want) == want) {
+        *host_visible = (have & kMappable) == kMappable;
+        return i;
+      }
+    }
+  }
+  throw BackendError(fmt::format("{}: no usable memory type for a buffer", info_.id));
+}
+
+void VulkanDevice::register_buffer(VulkanBuffer* b) { buffers_[b->base()] = b; }
+void VulkanDevice::unregister_buffer(VulkanBuffer* b) { buffers_.erase(b->base()); }
+
+std::unique_ptr<Buffer> VulkanDevice::alloc(size_t bytes) {
+  return std::make_unique<VulkanBuffer>(*this, bytes);
+}
+
+void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_t n,
+                               bool to_device) {
+  synchronize();  // the copy must see (or not overtake) the work already recorded
+  VulkanBuffer staging(*this, n, true);
+  if (to_device) staging.write(0, host, n);
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(fn_.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+  VkBufferCopy region{};
+  region.size = n;
+  if (to_device) {
+    region.dstOffset = offset;
+    fn_.vkCmdCopyBuffer(cmd_, staging.handle(), b.handle(), 1, &region);
+  } else {
+    region.srcOffset = offset;
+    fn_.vkCmdCopyBuffer(cmd_, b.handle(), staging.handle(), 1, &region);
+  }
+  check(fn_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  VkSubmitInfo si{};
+  si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd_;
+  check(fn_.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  check(fn_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  check(fn_.vkResetFences(device_, 1, &fence_), "vkResetFences");
+  check(fn_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+  if (!to_device) staging.read(0, host, n);
+}
+
+VulkanDevice::Binding VulkanDevice::bind(const Tensor& t, size_t elem_bytes) const {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(t.data);
+  auto it = buffers_.upper_bound(addr);
+  if (it == buffers_.begin())
+    throw BackendError(
+        fmt::format("{}: tensor {} is not in a buffer of this device", info_.id, t.name));
+  --it;
+  const VulkanBuffer& b = *it->second;
+  const size_t offset = addr - b.base();
+  if (offset >= std::max<size_t>(b.size(), 1))
+    throw BackendError(
+        fmt::format("{}: tensor {} is not in a buffer of this device", info_.id, t.name));
+  const VkDeviceSize aligned = offset / storage_alignment_ * storage_alignment_;
+  return {b.handle(), aligned, elems(offset - aligned, elem_bytes)};
+}
+
+VkPipeline VulkanDevice::pipeline(const std::string& name) {
+  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+  const ShaderCode* code = find_shader(name);
+  if (!code) throw BackendError(fmt::format("vulkan: no shader named {}", name));
+  VkShaderModuleCreateInfo mi{};
+  mi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+  mi.codeSize = code->size;
+  mi.pCode = reinterpret_cast<const uint32_t*>(code->bytes);
+  VkShaderModule module = VK_NULL_HANDLE;
+  check(fn_.vkCreateShaderModule(device_, &mi, nullptr, &module), "vkCreateShaderModule");
+  VkComputePipelineCreateInfo ci{};
+  ci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  ci.stage.module = module;
+  ci.stage.pName = "main";
+  ci.layout = pipeline_layout_;
+  VkPipeline p = VK_NULL_HANDLE;
+  const VkResult r = fn_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p);
+  fn_.vkDestroyShaderModule(device_, module, nullptr);
+  check(r, "vkCreateComputePipelines");
+  pipelines_.emplace(name, p);
+  return p;
+}
+
+void VulkanDevice::begin_if_needed() {
+  if (recording_) return;
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(fn_.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+  recording_ = true;
+}
+
+void VulkanDevice::synchronize() {
+  if (!recording_) return;
+  recording_ = false;
+  check(fn_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  VkSubmitInfo si{};
+  si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd_;
+  check(fn_.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  check(fn_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  check(fn_.vkResetFences(device_, 1, &fence_), "vkResetFences");
+  check(fn_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+  check(fn_.vkResetDescriptorPool(device_, descriptors_, 0), "vkResetDescriptorPool");
+  sets_left_ = kSetsPerPool;
+}
+
+void VulkanDevice::dispatch(const std::string& shader, const Tensor* a, const Tensor* b,
+                            const Tensor& d, size_t a_elem, const Params& params, uint32_t gx,
+                            uint32_t gy, uint32_t gz) {
+  if (sets_left_ == 0) synchronize();  // the pool is spent: run what is recorded first
+  begin_if_needed();
+  const VkPipeline pipe = pipeline(shader);
+  VkDescriptorSetAllocateInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+  ai.descriptorPool = descriptors_;
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &set_layout_;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  check(fn_.vkAllocateDescriptorSets(device_, &ai, &set), "vkAllocateDescriptorSets");
+  --sets_left_;
+
+  Params p = params;
+  const Binding ba = bind(*a, a_elem);
+  const Binding bb = bind(b ? *b : *a, b ? sizeof(float) : a_elem);
+  const Binding bd = bind(d, sizeof(float));
+  p.a_off = ba.first;
+  p.b_off = bb.first;
+  p.d_off = bd.first;
+  VkDescriptorBufferInfo infos[kBindings] = {{ba.buffer, ba.offset, VK_WHOLE_SIZE},
+                                             {bb.buffer, bb.offset, VK_WHOLE_SIZE},
+                                             {bd.buffer, bd.offset, VK_WHOLE_SIZE}};
+  VkWriteDescriptorSet writes[kBindings]{};
+  for (uint32_t i = 0; i < kBindings; ++i) {
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  fn_.vkUpdateDescriptorSets(device_, kBindings, writes, 0, nullptr);
+  fn_.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+  fn_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_layout_, 0, 1, &set, 0,
+                              nullptr);
+  fn_.vkCmdPushConstants(cmd_, pipeline_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Params),
+                         &p);
+  fn_.vkCmdDispatch(cmd_, gx, gy, gz);
+  // Every op reads what the ops before it wrote.
+  VkMemoryBarrier barrier{};
+  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &barrier, 0, nullptr, 0,
+                           nullptr);
+}
+
+void VulkanDevice::execute(std::span<Tensor* const> nodes) {
+  for (Tensor* n : nodes) {
+    const std::string why = unsupported_reason(*n);
+    if (!why.empty())
+      throw BackendError(
+          fmt::format("{}: cannot run {} ({}): {}", info_.id, op_name(n->op), n->name, why));
+    run(*n);
+  }
+}
+
+}  // namespace ps::vk

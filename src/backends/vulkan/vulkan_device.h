@@ -1,0 +1,117 @@
+#pragma once
+// One Vulkan device: a logical device with one compute queue, buffers in device memory, the
+// pipelines of the embedded shaders (created on first use and kept), and one command buffer
+// that execute() records into and synchronize() submits: one submission per graph run, not per
+// op.
+//
+// Tensor::data of a tensor in a Vulkan buffer is an opaque address (Buffer::address()): each
+// buffer owns a range of a reserved address space that is never dereferenced, and the device
+// maps an address back to (buffer, offset) when it binds the tensor.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backends/vulkan/vulkan_probe.h"
+
+namespace ps::vk {
+
+class VulkanDevice;
+
+class VulkanBuffer final : public Buffer {
+ public:
+  // staging: host-visible memory for copies to and from device-local buffers.
+  VulkanBuffer(VulkanDevice& dev, size_t bytes, bool staging = false);
+  ~VulkanBuffer() override;
+  size_t size() const override { return size_; }
+  void* host_ptr() override { return nullptr; }
+  void* address() override { return reinterpret_cast<void*>(base_); }
+  void write(size_t offset, const void* src, size_t n) override;
+  void read(size_t offset, void* dst, size_t n) const override;
+
+  VkBuffer handle() const { return buffer_; }
+  uintptr_t base() const { return base_; }
+
+ private:
+  VulkanDevice& dev_;
+  size_t size_;
+  uintptr_t base_;
+  VkBuffer buffer_ = VK_NULL_HANDLE;
+  VkDeviceMemory memory_ = VK_NULL_HANDLE;
+  void* mapped_ = nullptr;  // set when the memory is host-visible and coherent
+};
+
+// Push constants shared by every shader (shaders/common.glsl); 108 bytes, within the 128 every
+// device guarantees.
+struct Params {
+  uint32_t ne[4];
+  uint32_t a_nb[4];
+  uint32_t b_ne[4];
+  uint32_t b_nb[4];
+  uint32_t d_nb[4];
+  uint32_t a_off, b_off, d_off;
+  int32_t iparam;
+  float fparam0, fparam1;
+  uint32_t op;
+};
+static_assert(sizeof(Params) == 108);
+
+class VulkanDevice final : public Device {
+ public:
+  VulkanDevice(const Instance& instance, const DeviceExtras& extras, std::string unusable);
+  ~VulkanDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  std::string unsupported_reason(const Tensor& node) const override;
+  bool reads_host_memory() const override { return false; }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  void execute(std::span<Tensor* const> nodes) override;
+  void synchronize() override;
+
+  // For buffers and ops.
+  const DeviceFunctions& fn() const { return fn_; }
+  VkDevice device() const { return device_; }
+  uint32_t memory_type(uint32_t allowed_bits, bool staging, bool* host_visible) const;
+  void register_buffer(VulkanBuffer* b);
+  void unregister_buffer(VulkanBuffer* b);
+  // Copies between a host-visible staging buffer and b, waiting for the copy.
+  void staged_copy(VulkanBuffer& b, size_t offset, void* host, size_t n, bool to_device);
+
+ private:
+  struct Binding {
+    VkBuffer buffer;
+    VkDeviceSize offset;  // aligned down to the device's storage-buffer alignment
+    uint32_t first;       // the tensor's first element after that offset
+  };
+  Binding bind(const Tensor& t, size_t elem_bytes) const;
+  VkPipeline pipeline(const std::string& name);
+  void begin_if_needed();
+  void dispatch(const std::string& shader, const Tensor* a, const Tensor* b, const Tensor& d,
+                size_t a_elem, const Params& p, uint32_t gx, uint32_t gy, uint32_t gz);
+  void run(Tensor& node);
+
+  DeviceInfo info_;
+  DeviceExtras extras_;
+  const InstanceFunctions& ifn_;
+  DeviceFunctions fn_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkDeviceSize storage_alignment_ = 16;
+  VkDeviceSize max_storage_range_ = 0;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout pipeline_layout_ = VK_NULL_HANDLE;
+  VkDescriptorPool descriptors_ = VK_NULL_HANDLE;
+  uint32_t sets_left_ = 0;
+  bool recording_ = false;
+  std::unordered_map<std::string, VkPipeline> pipelines_;
+  std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
+};
+
+}  // namespace ps::vk

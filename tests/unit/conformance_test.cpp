@@ -1,0 +1,221 @@
+// The op conformance suite: every op, over the dtypes it takes and awkward shapes, on random
+// data, run on every device the registry can open, against the CPU backend. A device's
+// unsupported ops are not failures: they are listed, each with the device's reason. Devices
+// other than the CPU come from the plugins beside the test binary (lavapipe for Vulkan in CI).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "graph/graph.h"
+
+namespace ps {
+namespace {
+
+// One case: a graph with its leaves' bytes, the output to compare and its tolerance (relative to
+// the largest magnitude of the CPU's output).
+struct Case {
+  std::string name;
+  Graph graph;
+  std::vector<std::vector<uint8_t>> leaf_bytes;
+  Tensor* out = nullptr;
+  double tolerance = 1e-5;
+};
+
+std::vector<float> normal(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A leaf of `type` holding random values (quantized from normal floats for non-F32 types).
+Tensor* random_leaf(Case& c, const std::string& name, DType type, std::array<int64_t, 4> ne,
+                    std::mt19937& rng) {
+  const int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+  const std::vector<float> f = normal(size_t(n), rng);
+  std::vector<uint8_t>& bytes =
+      c.leaf_bytes.emplace_back(row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]));
+  if (type == DType::F32)
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+  else
+    for (int64_t r = 0; r < n / ne[0]; ++r)
+      quantize_row(type, f.data() + r * ne[0], bytes.data() + size_t(r) * row_bytes(type, ne[0]),
+                   ne[0]);
+  return c.graph.leaf(name, type, ne, bytes.data());
+}
+
+using Builder = std::function<void(Case&, std::mt19937&)>;
+
+std::vector<std::unique_ptr<Case>> all_cases() {
+  std::vector<std::pair<std::string, Builder>> builders;
+  const std::array<int64_t, 4> shapes[] = {{1, 1, 1, 1}, {37, 3, 1, 1}, {130, 7, 2, 1}};
+  for (const auto& s : shapes) {
+    const std::string dims = fmt::format("{}x{}x{}", s[0], s[1], s[2]);
+    for (OpKind op : {OpKind::Add, OpKind::Mul, OpKind::SwiGlu}) {
+      for (bool broadcast : {false, true}) {
+        if (broadcast && op == OpKind::SwiGlu) continue;  // swiglu takes equal shapes
+        builders.emplace_back(
+            fmt::format("{} {}{}", op_name(op), dims, broadcast ? " src1 one row" : ""),
+            [=](Case& c, std::mt19937& rng) {
+              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
+              Tensor* b = random_leaf(c, "b", DType::F32,
+                                      broadcast ? std::array<int64_t, 4>{s[0], 1, 1, 1} : s, rng);
+              c.out = op == OpKind::Add   ? c.graph.add(a, b)
+                      : op == OpKind::Mul ? c.graph.mul(a, b)
+                                          : c.graph.swiglu(a, b);
+            });
+      }
+    }
+    for (OpKind op : {OpKind::Silu, OpKind::Gelu}) {
+      builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
+                            [=](Case& c, std::mt19937& rng) {
+                              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
+                              c.out = op == OpKind::Silu ? c.graph.silu(a) : c.graph.gelu(a);
+                            });
+    }
+    builders.emplace_back(fmt::format("rms_norm {}", dims), [=](Case& c, std::mt19937& rng) {
+      c.out = c.graph.rms_norm(random_leaf(c, "a", DType::F32, s, rng), 1e-5f);
+    });
+    for (int32_t causal : {-1, 0, 2}) {
+      builders.emplace_back(
+          fmt::format("softmax {} causal {}", dims, causal), [=](Case& c, std::mt19937& rng) {
+            c.out = c.graph.softmax(random_leaf(c, "a", DType::F32, s, rng), 0.7f, causal);
+          });
+    }
+  }
+  // A view with an offset: the kernels must honour strides and a first element that is not the
+  // start of a buffer.
+  builders.emplace_back("rms_norm of a strided view", [](Case& c, std::mt19937& rng) {
+    Tensor* a = random_leaf(c, "a", DType::F32, {40, 6, 1, 1}, rng);
+    Tensor* v = c.graph.view(a, {33, 3, 1, 1}, {4, 4 * 40 * 2, 4 * 40 * 6, 4 * 40 * 6}, 4 * 5);
+    c.out = c.graph.rms_norm(v, 1e-6f);
+  });
+  const DType weight_types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
+  for (DType t : weight_types) {
+    const bool quant = block_size(t) > 1;
+    for (int64_t k : quant ? std::vector<int64_t>{32, 32 * 9} : std::vector<int64_t>{37, 269}) {
+      for (int64_t n : {5, 33}) {
+        for (int64_t m : {1, 3}) {
+          builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                                [=](Case& c, std::mt19937& rng) {
+                                  Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
+                                  Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                  c.out = c.graph.matmul(w, x);
+                                  // Quantized paths quantize the activations to 8 bits.
+                                  c.tolerance = quant ? 2e-2 : (t == DType::F32 ? 1e-5 : 1e-3);
+                                });
+        }
+      }
+    }
+  }
+  std::vector<std::unique_ptr<Case>> cases;
+  std::mt19937 rng(4242);
+  for (auto& [name, build] : builders) {
+    auto c = std::make_unique<Case>();
+    c->name = name;
+    build(*c, rng);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Runs a case's graph on dev with every tensor in dev's memory; returns the output as floats.
+std::vector<float> run_on(Device& dev, Case& c) {
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::map<Tensor*, void*> host;  // the leaves' host bytes, restored afterwards
+  for (Tensor* t : c.graph.all()) {
+    if (t->op != OpKind::None) continue;
+    host[t] = t->data;
+    auto& b = buffers.emplace_back(dev.alloc(t->n_bytes()));
+    b->write(0, t->data, t->n_bytes());
+    t->data = b->address();
+  }
+  for (Tensor* n : c.graph.nodes()) {
+    if (n->op == OpKind::View)
+      n->data = static_cast<char*>(n->src[0]->data) + n->view_offset;
+    else if (n->op == OpKind::Copy)
+      n->data = n->src[1]->data;
+    else
+      n->data = buffers.emplace_back(dev.alloc(n->n_bytes()))->address();
+  }
+  dev.execute(c.graph.nodes());
+  dev.synchronize();
+  // Find the output's buffer: it is the one whose address the output holds.
+  std::vector<float> out(size_t(c.out->n_elements()));
+  for (auto& b : buffers)
+    if (b->address() == c.out->data) b->read(0, out.data(), out.size() * sizeof(float));
+  for (auto& [t, p] : host) t->data = p;
+  return out;
+}
+
+struct OpenDevice {
+  std::string id;
+  std::unique_ptr<Device> device;
+};
+
+TEST(Conformance, EveryDeviceMatchesTheCpuBackendOrSaysWhyNot) {
+  Registry& reg = Registry::global();
+  std::unique_ptr<Device> cpu = reg.open("cpu", DeviceOptions{});
+  std::vector<OpenDevice> others;
+  std::vector<std::string> not_opened;
+  for (const ProbeReport& r : reg.probe_all()) {
+    if (r.api == Api::Cpu) continue;
+    if (r.devices.empty()) not_opened.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
+    for (const DeviceInfo& d : r.devices) {
+      try {
+        others.push_back({d.id, reg.open(d.id, DeviceOptions{})});
+      } catch (const BackendError& e) {
+        not_opened.push_back(fmt::format("{}: {}", d.id, e.what()));
+      }
+    }
+  }
+  for (const auto& line : not_opened) std::printf("not tested: %s\n", line.c_str());
+  if (others.empty()) GTEST_SKIP() << "no device besides the CPU could be opened here";
+
+  std::vector<std::unique_ptr<Case>> cases = all_cases();
+  for (OpenDevice& od : others) {
+    std::map<std::string, std::string> unsupported;  // case -> reason
+    int compared = 0;
+    for (auto& c : cases) {
+      std::string why;
+      for (Tensor* n : c->graph.nodes())
+        if (why.empty()) why = od.device->unsupported_reason(*n);
+      if (!why.empty()) {
+        unsupported[c->name] = why;
+        continue;
+      }
+      SCOPED_TRACE(od.id + ": " + c->name);
+      const std::vector<float> want = run_on(*cpu, *c);
+      const std::vector<float> got = run_on(*od.device, *c);
+      double scale = 0;
+      for (float v : want) scale = std::max(scale, std::fabs(double(v)));
+      int failures = 0;
+      for (size_t i = 0; i < want.size() && failures < 5; ++i)
+        if (!(std::fabs(double(got[i]) - want[i]) <= c->tolerance * std::max(scale, 1e-6))) {
+          ++failures;
+          ADD_FAILURE() << "element " << i << ": " << od.id << " " << got[i] << ", cpu " << want[i];
+        }
+      ++compared;
+    }
+    std::printf("%s: %d cases match the CPU backend; %zu not supported:\n", od.id.c_str(), compared,
+                unsupported.size());
+    for (const auto& [name, why] : unsupported)
+      std::printf("  %-40s %s\n", name.c_str(), why.c_str());
+    EXPECT_GT(compared, 0) << od.id << " supports none of the cases";
+  }
+}
+
+}  // namespace
+}  // namespace ps
