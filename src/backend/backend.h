@@ -36,6 +36,9 @@ struct DeviceInfo {
   // Non-empty when the device was found but polystack cannot run models on it, saying why
   // (too old an API version, no kernels in this build, ...). The default policy passes over it.
   std::string unusable;
+  // Non-empty when the device runs models when asked for by name, but the default policy
+  // should not pick it by itself, saying why (e.g. kernels not yet verified on such hardware).
+  std::string not_default;
 };
 
 struct ProbeReport {
@@ -72,6 +75,12 @@ class Device {
   // True when kernels can read host memory in place (weights stay in the file mapping).
   virtual bool reads_host_memory() const = 0;
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // True when data (a Tensor::data) lies in one of this device's buffers. Only devices that do
+  // not read host memory need to say; the scheduler copies other leaves in.
+  virtual bool owns(const void* data) const {
+    (void)data;
+    return false;
+  }
   // Enqueues nodes (in order) on the device's stream; data pointers are already assigned.
   virtual void execute(std::span<Tensor* const> nodes) = 0;
   virtual void synchronize() = 0;

@@ -205,10 +205,11 @@ DeviceChoice Registry::choose_default() {
   std::vector<std::string> unusable;
   for (const auto& r : reports)
     for (const auto& d : r.devices) {
-      if (d.unusable.empty())
+      if (d.unusable.empty() && d.not_default.empty())
         all.push_back(&d);
       else
-        unusable.push_back(fmt::format("{} ({}): {}", d.id, d.name, d.unusable));
+        unusable.push_back(fmt::format("{} ({}): {}", d.id, d.name,
+                                       d.unusable.empty() ? d.not_default : d.unusable));
     }
   if (all.empty()) throw BackendError("no usable device found at all (not even the CPU)");
   std::stable_sort(all.begin(), all.end(), [](const DeviceInfo* a, const DeviceInfo* b) {

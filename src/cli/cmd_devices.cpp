@@ -31,6 +31,7 @@ nlohmann::json to_json(const DeviceInfo& d) {
   j["facts"] = facts;
   j["usable"] = d.unusable.empty();
   if (!d.unusable.empty()) j["unusable_reason"] = d.unusable;
+  if (!d.not_default.empty()) j["not_default_reason"] = d.not_default;
   return j;
 }
 
@@ -72,6 +73,7 @@ Action add_devices(CLI::App& app) {
         if (!d.uuid.empty()) fmt::print("    uuid: {}\n", d.uuid);
         for (const auto& [k, v] : d.facts) fmt::print("    {}: {}\n", k, v);
         if (!d.unusable.empty()) fmt::print("    not usable: {}\n", d.unusable);
+        if (!d.not_default.empty()) fmt::print("    not chosen by default: {}\n", d.not_default);
       }
     }
     fmt::print("\n");

@@ -113,16 +113,17 @@ void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vec
   for (int64_t l = 0; l < p.n_layer; ++l) {
     in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
                                 {p.head_dim, p.n_head_kv, n_ctx_, 1},
-                                k_cache_[size_t(l)]->host_ptr()));
+                                k_cache_[size_t(l)]->address()));
     in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
                                 {p.head_dim, p.n_head_kv, n_ctx_, 1},
-                                v_cache_[size_t(l)]->host_ptr()));
+                                v_cache_[size_t(l)]->address()));
   }
   Tensor* logits = model_->model->build_graph(g, in);
   scheduler_->run(g, {logits});
   const size_t n = size_t(logits->n_elements());
-  const float* data = static_cast<const float*>(logits->data);
-  out.insert(out.end(), data, data + n);
+  const size_t at = out.size();
+  out.resize(at + n);
+  scheduler_->read(*logits, out.data() + at);
   n_past_ += T;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -77,12 +78,60 @@ class OffsetAllocator {
 Scheduler::Scheduler(std::vector<Device*> devices, bool strict)
     : devices_(std::move(devices)), strict_(strict) {
   if (devices_.empty()) throw BackendError("scheduler: no device to run on");
-  for (Device* d : devices_)
-    if (!d->reads_host_memory())
+  // A device with its own memory runs whole graphs: moving tensors between devices in the
+  // middle of a graph is not planned yet.
+  for (size_t i = 1; i < devices_.size(); ++i)
+    if (!devices_[i]->reads_host_memory() || !devices_[0]->reads_host_memory())
       throw BackendError(
-          fmt::format("scheduler: device {} needs explicit copies, which this "
-                      "scheduler does not plan yet",
-                      d->info().id));
+          fmt::format("scheduler: {} and {} cannot share a graph: one of them has its own memory",
+                      devices_[0]->info().id, devices_[i]->info().id));
+}
+
+void Scheduler::copy_in_leaves(Graph& graph) {
+  run_inputs_.clear();
+  Device& dev = *devices_[0];
+  if (dev.reads_host_memory()) return;
+  // Nodes keep their own src pointers: a leaf read from host memory is replaced, in this
+  // graph only, by a leaf in device memory (the model's weight tensors are never modified).
+  std::unordered_map<Tensor*, Tensor*> replaced;
+  for (Tensor* n : graph.nodes()) {
+    for (Tensor*& s : n->src) {
+      if (!s || s->op != OpKind::None || dev.owns(s->data)) continue;
+      auto it = replaced.find(s);
+      if (it == replaced.end()) {
+        void* addr = nullptr;
+        if (s->constant) {
+          auto& buf = constants_[s->data];
+          if (!buf) {
+            buf = dev.alloc(s->n_bytes());
+            buf->write(0, s->data, s->n_bytes());
+          }
+          addr = buf->address();
+        } else {
+          auto& buf = run_inputs_.emplace_back(dev.alloc(s->n_bytes()));
+          buf->write(0, s->data, s->n_bytes());
+          addr = buf->address();
+        }
+        Tensor* copy = graph.leaf(s->name, s->type, s->ne, addr);
+        copy->nb = s->nb;
+        copy->constant = s->constant;
+        it = replaced.emplace(s, copy).first;
+      }
+      s = it->second;
+    }
+  }
+}
+
+void Scheduler::read(const Tensor& t, void* dst) const {
+  if (devices_[0]->reads_host_memory() || !arena_) {
+    std::memcpy(dst, t.data, t.n_bytes());
+    return;
+  }
+  const char* base = static_cast<const char*>(arena_->address());
+  const char* at = static_cast<const char*>(t.data);
+  if (at < base || at + t.n_bytes() > base + arena_->size())
+    throw BackendError(fmt::format("scheduler: {} is not an output of the last run", t.name));
+  arena_->read(size_t(at - base), dst, t.n_bytes());
 }
 
 void Scheduler::place(Graph& graph) {
@@ -144,7 +193,7 @@ void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
     arena_.reset();
     arena_ = devices_[0]->alloc(need);
   }
-  char* base = static_cast<char*>(arena_->host_ptr());
+  char* base = static_cast<char*>(arena_->address());
   for (Tensor* n : nodes) {
     if (n->op == OpKind::View)
       n->data = static_cast<char*>(n->src[0]->data) + n->view_offset;
@@ -160,6 +209,7 @@ void Scheduler::run(Graph& graph, const std::vector<Tensor*>& outputs) {
     if (t->op == OpKind::None && !t->data)
       throw BackendError(fmt::format("scheduler: input tensor {} has no data", t->name));
   place(graph);
+  copy_in_leaves(graph);
   plan_memory(graph, outputs);
   const auto& nodes = graph.nodes();
   size_t start = 0;

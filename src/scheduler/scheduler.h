@@ -3,6 +3,7 @@
 // bytes once a tensor's last reader has run) and executes runs of nodes device by device.
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,8 +21,12 @@ class Scheduler {
   // devices[0] is preferred; later ones take ops it does not support, unless strict.
   Scheduler(std::vector<Device*> devices, bool strict);
 
-  // Runs the graph; `outputs` stay valid (not reused) until the next run.
+  // Runs the graph; `outputs` stay valid (not reused) until the next run. Leaves in host
+  // memory that nodes on a device-memory device read are copied in: constant ones (weights)
+  // once for the scheduler's life, the others (token ids, positions) on every run.
   void run(Graph& graph, const std::vector<Tensor*>& outputs);
+  // Copies an output of the last run to host memory (dst holds t.n_bytes()).
+  void read(const Tensor& t, void* dst) const;
   const PlacementReport& report() const { return report_; }
   size_t arena_bytes() const { return arena_ ? arena_->size() : 0; }
 
@@ -33,6 +38,10 @@ class Scheduler {
   bool strict_;
   PlacementReport report_;
   std::unique_ptr<Buffer> arena_;
+  // Device copies of constant leaves, by host address; and the per-run copies of the others.
+  std::unordered_map<const void*, std::unique_ptr<Buffer>> constants_;
+  std::vector<std::unique_ptr<Buffer>> run_inputs_;
+  void copy_in_leaves(Graph& graph);
 };
 
 }  // namespace ps

@@ -5,8 +5,10 @@
   the backend decides on, and the default device stays the CPU backend.
 - With the loader pointed at a driver manifest that does not exist, the report says that no
   driver (ICD) was found, and where the loader was told to look.
-- `run --device vulkan:0` fails with one line naming the device and the reason, never running
-  anything silently elsewhere.
+- A Vulkan device is never the default (its kernels are checked on lavapipe only) and says why;
+  `run --device vulkan:0` runs there and says so (or, where the device cannot run models, fails
+  with one line naming it, never running silently elsewhere).
+- With no driver, `run` still works on the CPU and says so.
 
 Exits 77 (skipped) when the plugin was not built next to the binary.
 """
@@ -83,15 +85,42 @@ def main() -> int:
         if "no driver" not in none["reason"] or missing not in none["reason"]:
             problems.append(f"no-driver reason does not say so or where: {none['reason']!r}")
 
-    # --device vulkan:0 when it cannot run: one line, non-zero exit, naming the device.
+    for d in vk_devices:
+        if d.get("usable") and report["default"]["device"] == d["id"]:
+            problems.append(f"{d['id']} was chosen by default although Vulkan devices are "
+                            "only chosen by name")
+        if d.get("usable") and not d.get("not_default_reason"):
+            problems.append(f"{d['id']}: no reason given for not being chosen by default")
+
     if not os.path.exists(args.model):
-        print(f"note: {args.model} is absent, so the run case is not checked")
+        print(f"note: {args.model} is absent, so the run cases are not checked")
         return report_problems(problems)
+
+    # No driver: `run` still works, on the CPU, and says so.
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = os.path.join(tmp, "no-such-icd.json")
+        env_none = dict(env, VK_DRIVER_FILES=missing, VK_ICD_FILENAMES=missing)
+        run = subprocess.run([args.bin, "run", "-m", args.model, "-p", "Once", "-n", "4",
+                              "--temp", "0"], capture_output=True, text=True, env=env_none,
+                             timeout=120)
+        print(f"run with no driver: exit {run.returncode}, stdout {run.stdout!r}")
+        if run.returncode != 0 or not run.stdout.strip():
+            problems.append(f"run with no Vulkan driver failed: {run.stderr.strip()[-200:]}")
+        if "running on cpu" not in run.stderr:
+            problems.append("run with no Vulkan driver does not say it runs on the CPU")
+
+    # --device vulkan:0: runs there when usable, and says so; otherwise one error line naming it.
     run = subprocess.run([args.bin, "run", "-m", args.model, "-p", "hi", "-n", "1",
                           "--device", "vulkan:0"], capture_output=True, text=True, env=env,
                          timeout=120)
     usable = any(d["id"] == "vulkan:0" and d.get("usable") for d in vk_devices)
-    if not usable:
+    if usable:
+        print(f"run --device vulkan:0: exit {run.returncode}, stdout {run.stdout!r}")
+        if run.returncode != 0 or not run.stdout.strip():
+            problems.append(f"run --device vulkan:0 failed: {run.stderr.strip()[-300:]}")
+        if "running on vulkan:0" not in run.stderr:
+            problems.append("run --device vulkan:0 does not say it runs on vulkan:0")
+    else:
         lines = [l for l in run.stderr.splitlines() if l.strip()]
         print(f"run --device vulkan:0: exit {run.returncode}, stderr {lines[-1:]!r}")
         if run.returncode == 0:

@@ -20,6 +20,7 @@ Exit status: 0 pass, 1 fail, 77 skip (the shared model is absent).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -96,7 +97,16 @@ def main() -> int:
     ap.add_argument("--bin", required=True, help="the polystack executable")
     ap.add_argument("--model", help="stories260K.gguf (default: under $POLYSTACK_SHARED_DIR)")
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     args = ap.parse_args()
+    if args.device:
+        listed = subprocess.run([args.bin, "devices", "--json"], capture_output=True, text=True,
+                                timeout=args.timeout)
+        if not any(d["id"] == args.device and d.get("usable", True)
+                   for d in json.loads(listed.stdout)["devices"]):
+            print(f"SKIP: device {args.device} is absent or unusable here")
+            return SKIP
+    device_flags = ["--device", args.device] if args.device else []
 
     model_path = args.model
     if not model_path:
@@ -132,7 +142,8 @@ def main() -> int:
     outputs = {}
     for threads in (1, 2, 3):
         for attempt in (1, 2):
-            text = run(args.bin, model_path, ["--temp", "0", "-t", str(threads)], args.timeout)
+            text = run(args.bin, model_path, ["--temp", "0", "-t", str(threads)] + device_flags,
+                       args.timeout)
             outputs[(threads, attempt)] = text
             c.check(text == expected_stdout,
                     f"greedy -t {threads} (run {attempt}) prints the reference continuation",
@@ -147,10 +158,11 @@ def main() -> int:
 
     sampled = {}
     for seed in (5, 6, 7, 8, 9, 10):
-        sampled[seed] = run(args.bin, model_path, ["--temp", "0.8", "--seed", str(seed)],
-                            args.timeout)
+        sampled[seed] = run(args.bin, model_path,
+                            ["--temp", "0.8", "--seed", str(seed)] + device_flags, args.timeout)
     for seed in (5, 8):
-        again = run(args.bin, model_path, ["--temp", "0.8", "--seed", str(seed)], args.timeout)
+        again = run(args.bin, model_path, ["--temp", "0.8", "--seed", str(seed)] + device_flags,
+                    args.timeout)
         c.check(again == sampled[seed], f"--seed {seed} --temp 0.8 gives the same text twice",
                 f"{sampled[seed][:60]!r} vs {again[:60]!r}")
     for seed, text in sampled.items():

@@ -23,6 +23,7 @@ BF16 weights, 8-bit blocks for quantized weights); that is the basis of the stat
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
         cmd += ["-b", str(len(ids) if args.batch == "all" else int(args.batch))]
     if args.threads is not None:
         cmd += ["-t", str(args.threads)]
+    if args.device:
+        cmd += ["--device", args.device]
     print("running:", " ".join(cmd if len(ids) <= 8 else cmd[:5] + ["..."] + cmd[6:]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
@@ -86,6 +89,15 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
         raise RuntimeError(f"expected {len(ids)} x {n_vocab} = {len(ids) * n_vocab} floats, "
                            f"got {data.size}")
     return data.reshape(len(ids), n_vocab).astype(np.float64)
+
+
+def device_usable(binary: str, device: str) -> bool:
+    out = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"devices --json failed: {out.stderr.strip()}")
+    return any(d["id"] == device and d.get("usable", True)
+               for d in json.loads(out.stdout)["devices"])
 
 
 def synthetic_params(args) -> make_llama_gguf.ModelParams:
@@ -116,6 +128,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", help="tokens per decode call, or 'all'")
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     ap.add_argument("--max-rel-err", type=float, default=1e-4)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--kv-cache", choices=["f16", "f32"], default="f16",
@@ -136,6 +149,10 @@ def main() -> int:
     args = ap.parse_args()
     if not args.estimate and not args.bin:
         ap.error("--bin is required unless --estimate is given")
+
+    if args.device and not args.estimate and not device_usable(args.bin, args.device):
+        print(f"SKIP: device {args.device} is absent or unusable here")
+        return SKIP
 
     with tempfile.TemporaryDirectory(prefix="polystack-logits-") as workdir:
         if args.shared_model:

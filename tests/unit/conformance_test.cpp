@@ -29,6 +29,7 @@ struct Case {
   Graph graph;
   std::vector<std::vector<uint8_t>> leaf_bytes;
   Tensor* out = nullptr;
+  DType out_type = DType::F32;  // F16 when the output is a view of an F16 cache
   double tolerance = 1e-5;
 };
 
@@ -53,6 +54,13 @@ Tensor* random_leaf(Case& c, const std::string& name, DType type, std::array<int
       quantize_row(type, f.data() + r * ne[0], bytes.data() + size_t(r) * row_bytes(type, ne[0]),
                    ne[0]);
   return c.graph.leaf(name, type, ne, bytes.data());
+}
+
+// An I32 leaf with the given values (ids, positions).
+Tensor* int_leaf(Case& c, const std::string& name, std::vector<int32_t> values, std::mt19937&) {
+  std::vector<uint8_t>& bytes = c.leaf_bytes.emplace_back(values.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return c.graph.leaf(name, DType::I32, {int64_t(values.size()), 1, 1, 1}, bytes.data());
 }
 
 using Builder = std::function<void(Case&, std::mt19937&)>;
@@ -120,6 +128,64 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       }
     }
   }
+  for (DType t : weight_types) {
+    builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
+                          [=](Case& c, std::mt19937& rng) {
+                            const int64_t width = block_size(t) > 1 ? 64 : 37;
+                            Tensor* table = random_leaf(c, "table", t, {width, 11, 1, 1}, rng);
+                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            c.out = c.graph.get_rows(table, ids);
+                          });
+  }
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
+    for (int n_rot : {16, 12}) {
+      builders.emplace_back(
+          fmt::format("rope {} n_rot {}", mode == RopeMode::NeoX ? "neox" : "normal", n_rot),
+          [=](Case& c, std::mt19937& rng) {
+            Tensor* x = random_leaf(c, "x", DType::F32, {16, 3, 5, 1}, rng);
+            Tensor* pos = int_leaf(c, "pos", {0, 1, 7, 30, 95}, rng);
+            c.out = c.graph.rope(x, pos, n_rot, 10000.0f, 0.5f, mode);
+            c.tolerance = 1e-4;
+          });
+    }
+  }
+  for (DType t : {DType::F32, DType::F16}) {
+    // Rows of 8 values into positions 2..4 of a [8, 2 heads, 6 positions] cache: a strided view.
+    builders.emplace_back(
+        fmt::format("copy F32 into a {} cache view", dtype_name(t)),
+        [=](Case& c, std::mt19937& rng) {
+          Tensor* src = random_leaf(c, "src", DType::F32, {8, 2, 3, 1}, rng);
+          Tensor* cache = random_leaf(c, "cache", t, {8, 2, 6, 1}, rng);
+          const size_t e = t == DType::F16 ? 2 : 4;
+          Tensor* view = c.graph.view(cache, {8, 2, 3, 1}, {e, 8 * e, 16 * e, 48 * e}, 2 * 16 * e);
+          c.graph.copy(src, view);
+          // The whole cache, so writes outside the view are caught too.
+          c.out = c.graph.view(cache, {96, 1, 1, 1}, {e, 96 * e, 96 * e, 96 * e}, 0);
+          c.out_type = t;
+          c.tolerance = t == DType::F16 ? 1e-3 : 0;
+        });
+  }
+  for (int64_t hd : {16, 40}) {
+    for (int32_t n_past : {0, 5}) {
+      builders.emplace_back(
+          fmt::format("attention head {} n_past {}", hd, n_past), [=](Case& c, std::mt19937& rng) {
+            const int64_t T = 3, n_head = 4, n_kv = 2, n_ctx = 300;
+            Tensor* q = random_leaf(c, "q", DType::F32, {hd, n_head, T, 1}, rng);
+            Tensor* k = random_leaf(c, "k", DType::F16, {hd, n_kv, n_ctx, 1}, rng);
+            Tensor* v = random_leaf(c, "v", DType::F16, {hd, n_kv, n_ctx, 1}, rng);
+            c.out = c.graph.attention(q, k, v, n_past, 0.3f);
+            c.tolerance = 1e-4;
+          });
+    }
+  }
+  // A long context: more positions than one chunk of the GPU kernel's online softmax.
+  builders.emplace_back("attention over 700 positions", [](Case& c, std::mt19937& rng) {
+    Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);
+    Tensor* k = random_leaf(c, "k", DType::F16, {32, 1, 800, 1}, rng);
+    Tensor* v = random_leaf(c, "v", DType::F16, {32, 1, 800, 1}, rng);
+    c.out = c.graph.attention(q, k, v, 698, 0.2f);
+    c.tolerance = 1e-4;
+  });
   std::vector<std::unique_ptr<Case>> cases;
   std::mt19937 rng(4242);
   for (auto& [name, build] : builders) {
@@ -152,11 +218,25 @@ std::vector<float> run_on(Device& dev, Case& c) {
   }
   dev.execute(c.graph.nodes());
   dev.synchronize();
-  // Find the output's buffer: it is the one whose address the output holds.
-  std::vector<float> out(size_t(c.out->n_elements()));
-  for (auto& b : buffers)
-    if (b->address() == c.out->data) b->read(0, out.data(), out.size() * sizeof(float));
+  // The output's bytes: in the buffer whose address range holds the output's address.
+  const size_t n_out = size_t(c.out->n_elements());
+  std::vector<uint8_t> raw(c.out->n_bytes());
+  bool found = false;
+  for (auto& b : buffers) {
+    const char* base = static_cast<const char*>(b->address());
+    const char* at = static_cast<const char*>(c.out->data);
+    if (at >= base && at + raw.size() <= base + b->size()) {
+      b->read(size_t(at - base), raw.data(), raw.size());
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << "output not in any buffer";
   for (auto& [t, p] : host) t->data = p;
+  std::vector<float> out(n_out);
+  if (c.out_type == DType::F32)
+    std::memcpy(out.data(), raw.data(), n_out * sizeof(float));
+  else
+    dequantize_row(c.out_type, raw.data(), out.data(), int64_t(n_out));
   return out;
 }
 

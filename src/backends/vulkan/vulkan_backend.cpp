@@ -1,8 +1,7 @@
 // The Vulkan backend plugin (libpolystack-backend-vulkan.so): probes the loader and drivers,
-// reports every device with its facts, and opens devices that run the ops of vulkan_ops.cpp.
-// Those are not yet all a model needs, so every device is reported as found but not usable for
-// models, with that reason: the default policy passes over it and a session on it refuses to
-// start, while the op conformance suite runs what exists.
+// reports every device with its facts, and opens devices that run every op of the engine
+// (vulkan_ops.cpp). The kernels are straightforward and checked on lavapipe only, so the
+// default policy does not pick a Vulkan device by itself yet; `--device vulkan:N` runs on it.
 #include <fmt/format.h>
 
 #include "backend/backend.h"
@@ -13,9 +12,9 @@
 namespace ps::vk {
 namespace {
 
-constexpr const char* kNotForModels =
-    "the Vulkan backend does not run whole models yet (get_rows, rope, copy and attention "
-    "kernels are missing)";
+constexpr const char* kNotDefault =
+    "polystack's Vulkan kernels are simple ones, checked on lavapipe only; run on this device "
+    "with --device";
 
 class VulkanBackend final : public Backend {
  public:
@@ -24,7 +23,7 @@ class VulkanBackend final : public Backend {
   ProbeReport probe() override {
     ProbeReport r = vk::probe();
     for (DeviceInfo& d : r.devices)
-      if (d.unusable.empty()) d.unusable = kNotForModels;
+      if (d.unusable.empty()) d.not_default = kNotDefault;
     return r;
   }
 
@@ -39,7 +38,8 @@ class VulkanBackend final : public Backend {
     DeviceExtras& x = all[size_t(index)];
     if (!x.info.unusable.empty())  // below Vulkan 1.2
       throw BackendError(fmt::format("vulkan:{} ({}): {}", index, x.info.name, x.info.unusable));
-    return std::make_unique<VulkanDevice>(*inst, x, kNotForModels);
+    x.info.not_default = kNotDefault;
+    return std::make_unique<VulkanDevice>(*inst, x);
   }
 };
 

@@ -14,7 +14,7 @@ namespace ps::vk {
 namespace {
 
 constexpr uint32_t kSetsPerPool = 1024;
-constexpr uint32_t kBindings = 3;  // src0, src1, output
+constexpr uint32_t kBindings = 4;  // src0, src1, output, a fourth input (attention's V)
 
 void check(VkResult r, const char* what) {
   if (r != VK_SUCCESS)
@@ -40,7 +40,9 @@ VulkanBuffer::VulkanBuffer(VulkanDevice& dev, size_t bytes, bool staging)
   const DeviceFunctions& f = dev.fn();
   VkBufferCreateInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
-  bi.size = std::max<size_t>(bytes, 16);
+  // Whole 16-byte units: shaders read through 32-bit (and wider) words, so the last bytes of
+  // an odd-sized tensor must sit in a word inside the buffer.
+  bi.size = bound_size();
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
@@ -94,10 +96,8 @@ void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
 
 // ---- the device -----------------------------------------------------------------------------
 
-VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras,
-                           std::string unusable)
+VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
     : info_(extras.info), extras_(extras), ifn_(instance.fns) {
-  info_.unusable = std::move(unusable);
   const VkPhysicalDevice phys = extras.physical;
 
   uint32_t n_families = 0;
@@ -231,6 +231,14 @@ uint32_t VulkanDevice::memory_type(uint32_t allowed, bool staging, bool* host_vi
 void VulkanDevice::register_buffer(VulkanBuffer* b) { buffers_[b->base()] = b; }
 void VulkanDevice::unregister_buffer(VulkanBuffer* b) { buffers_.erase(b->base()); }
 
+bool VulkanDevice::owns(const void* data) const {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(data);
+  auto it = buffers_.upper_bound(addr);
+  if (it == buffers_.begin()) return false;
+  --it;
+  return addr - it->first < it->second->bound_size();
+}
+
 std::unique_ptr<Buffer> VulkanDevice::alloc(size_t bytes) {
   return std::make_unique<VulkanBuffer>(*this, bytes);
 }
@@ -278,7 +286,8 @@ VulkanDevice::Binding VulkanDevice::bind(const Tensor& t, size_t elem_bytes) con
     throw BackendError(
         fmt::format("{}: tensor {} is not in a buffer of this device", info_.id, t.name));
   const VkDeviceSize aligned = offset / storage_alignment_ * storage_alignment_;
-  return {b.handle(), aligned, elems(offset - aligned, elem_bytes)};
+  const VkDeviceSize range = std::min<VkDeviceSize>(b.bound_size() - aligned, max_storage_range_);
+  return {b.handle(), aligned, range, elems(offset - aligned, elem_bytes)};
 }
 
 VkPipeline VulkanDevice::pipeline(const std::string& name) {
@@ -331,9 +340,8 @@ void VulkanDevice::synchronize() {
   sets_left_ = kSetsPerPool;
 }
 
-void VulkanDevice::dispatch(const std::string& shader, const Tensor* a, const Tensor* b,
-                            const Tensor& d, size_t a_elem, const Params& params, uint32_t gx,
-                            uint32_t gy, uint32_t gz) {
+void VulkanDevice::dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v,
+                            Params p, uint32_t gx, uint32_t gy, uint32_t gz) {
   if (sets_left_ == 0) synchronize();  // the pool is spent: run what is recorded first
   begin_if_needed();
   const VkPipeline pipe = pipeline(shader);
@@ -346,16 +354,18 @@ void VulkanDevice::dispatch(const std::string& shader, const Tensor* a, const Te
   check(fn_.vkAllocateDescriptorSets(device_, &ai, &set), "vkAllocateDescriptorSets");
   --sets_left_;
 
-  Params p = params;
-  const Binding ba = bind(*a, a_elem);
-  const Binding bb = bind(b ? *b : *a, b ? sizeof(float) : a_elem);
-  const Binding bd = bind(d, sizeof(float));
+  if (!b.t) b = a;
+  if (!v.t) v = d;
+  const Binding ba = bind(*a.t, a.unit), bb = bind(*b.t, b.unit), bd = bind(*d.t, d.unit),
+                bv = bind(*v.t, v.unit);
   p.a_off = ba.first;
   p.b_off = bb.first;
   p.d_off = bd.first;
-  VkDescriptorBufferInfo infos[kBindings] = {{ba.buffer, ba.offset, VK_WHOLE_SIZE},
-                                             {bb.buffer, bb.offset, VK_WHOLE_SIZE},
-                                             {bd.buffer, bd.offset, VK_WHOLE_SIZE}};
+  p.v_off = bv.first;
+  VkDescriptorBufferInfo infos[kBindings] = {{ba.buffer, ba.offset, ba.range},
+                                             {bb.buffer, bb.offset, bb.range},
+                                             {bd.buffer, bd.offset, bd.range},
+                                             {bv.buffer, bv.offset, bv.range}};
   VkWriteDescriptorSet writes[kBindings]{};
   for (uint32_t i = 0; i < kBindings; ++i) {
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;

@@ -7,6 +7,7 @@
 // Tensor::data of a tensor in a Vulkan buffer is an opaque address (Buffer::address()): each
 // buffer owns a range of a reserved address space that is never dereferenced, and the device
 // maps an address back to (buffer, offset) when it binds the tensor.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,8 @@ class VulkanBuffer final : public Buffer {
   void read(size_t offset, void* dst, size_t n) const override;
 
   VkBuffer handle() const { return buffer_; }
+  // The VkBuffer's size: the bytes asked for, rounded up to whole 16-byte units.
+  size_t bound_size() const { return (std::max<size_t>(size_, 1) + 15) / 16 * 16; }
   uintptr_t base() const { return base_; }
 
  private:
@@ -43,7 +46,7 @@ class VulkanBuffer final : public Buffer {
   void* mapped_ = nullptr;  // set when the memory is host-visible and coherent
 };
 
-// Push constants shared by every shader (shaders/common.glsl); 108 bytes, within the 128 every
+// Push constants shared by every shader (shaders/common.glsl); 112 bytes, within the 128 every
 // device guarantees.
 struct Params {
   uint32_t ne[4];
@@ -55,18 +58,20 @@ struct Params {
   int32_t iparam;
   float fparam0, fparam1;
   uint32_t op;
+  uint32_t v_off;
 };
-static_assert(sizeof(Params) == 108);
+static_assert(sizeof(Params) == 112);
 
 class VulkanDevice final : public Device {
  public:
-  VulkanDevice(const Instance& instance, const DeviceExtras& extras, std::string unusable);
+  VulkanDevice(const Instance& instance, const DeviceExtras& extras);
   ~VulkanDevice() override;
 
   const DeviceInfo& info() const override { return info_; }
   std::string unsupported_reason(const Tensor& node) const override;
   bool reads_host_memory() const override { return false; }
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  bool owns(const void* data) const override;
   void execute(std::span<Tensor* const> nodes) override;
   void synchronize() override;
 
@@ -83,13 +88,22 @@ class VulkanDevice final : public Device {
   struct Binding {
     VkBuffer buffer;
     VkDeviceSize offset;  // aligned down to the device's storage-buffer alignment
+    VkDeviceSize range;   // to the end of the buffer, at most the device's largest range
     uint32_t first;       // the tensor's first element after that offset
   };
   Binding bind(const Tensor& t, size_t elem_bytes) const;
   VkPipeline pipeline(const std::string& name);
   void begin_if_needed();
-  void dispatch(const std::string& shader, const Tensor* a, const Tensor* b, const Tensor& d,
-                size_t a_elem, const Params& p, uint32_t gx, uint32_t gy, uint32_t gz);
+  // A tensor bound to a shader, with the unit of its strides and offset (bytes for weights read
+  // through weights.glsl, otherwise the element size).
+  struct Operand {
+    const Tensor* t;
+    size_t unit;
+  };
+  // Binds a (binding 0), b (1; a again when null), d (2) and v (3; d again when null), fills
+  // the offsets of p and records the dispatch.
+  void dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v, Params p,
+                uint32_t gx, uint32_t gy, uint32_t gz);
   void run(Tensor& node);
 
   DeviceInfo info_;

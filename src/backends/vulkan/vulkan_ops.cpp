@@ -1,6 +1,6 @@
 // Which ops the Vulkan backend runs, and how each is dispatched: the shader, its push constants
-// and the workgroup grid. Every other op is refused with a reason, so the conformance suite
-// lists the gaps and a caller can place those ops elsewhere.
+// and the workgroup grid. What a kernel cannot take is refused with a reason, so the conformance
+// suite lists the gaps and a caller can place those ops elsewhere.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@ namespace ps::vk {
 namespace {
 
 constexpr uint32_t kMaxGroups = 65535;  // the minimum every device supports per dimension
+constexpr int64_t kMaxHeadDim = 256;    // attention.comp keeps a query row in shared memory
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -19,15 +20,44 @@ bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeo
 
 bool fits_u32(const Tensor& t) {
   for (int d = 0; d < 4; ++d)
-    if (t.ne[size_t(d)] > int64_t(UINT32_MAX) || t.nb[size_t(d)] / 2 > UINT32_MAX) return false;
+    if (t.ne[size_t(d)] > int64_t(UINT32_MAX) || t.nb[size_t(d)] > UINT32_MAX) return false;
   return true;
 }
 
-void fill_shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t elem) {
+// Types the shaders read through weights.glsl, and the shader-name suffix of each.
+const char* weight_suffix(DType t) {
+  switch (t) {
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::Q8_0:
+      return "q8_0";
+    case DType::Q4_0:
+      return "q4_0";
+    case DType::Q4_1:
+      return "q4_1";
+    case DType::Q5_0:
+      return "q5_0";
+    case DType::Q5_1:
+      return "q5_1";
+    default:
+      return nullptr;
+  }
+}
+
+void shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t unit) {
   for (int d = 0; d < 4; ++d) {
     ne[d] = uint32_t(t.ne[size_t(d)]);
-    nb[d] = uint32_t(t.nb[size_t(d)] / elem);
+    nb[d] = uint32_t(t.nb[size_t(d)] / unit);
   }
+}
+
+void strides(uint32_t (&nb)[4], const Tensor& t, size_t unit) {
+  uint32_t ne[4];
+  shape(ne, nb, t, unit);
 }
 
 uint32_t elementwise_code(OpKind op) {
@@ -43,6 +73,12 @@ uint32_t elementwise_code(OpKind op) {
     default:
       return 4;  // SwiGlu
   }
+}
+
+// Rows over dimensions 1..3 as a grid of (y, z) workgroups within the per-dimension limit.
+void row_grid(uint64_t rows, uint32_t& gy, uint32_t& gz) {
+  gy = uint32_t(std::min<uint64_t>(std::max<uint64_t>(rows, 1), kMaxGroups));
+  gz = ceil_div(rows, gy);
 }
 
 }  // namespace
@@ -65,27 +101,47 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Gelu:
     case OpKind::RmsNorm:
     case OpKind::SoftMax:
+    case OpKind::Rope:
       if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
       return {};
-    case OpKind::MatMul: {
+    case OpKind::MatMul:
+    case OpKind::GetRows: {
       const Tensor& w = *n.src[0];
-      if (w.type == DType::F16 && !extras_.storage16)
-        return "F16 weights need 16-bit storage buffers, which this device lacks";
-      if (w.type != DType::F32 && w.type != DType::F16)
-        return fmt::format("no Vulkan kernel for {} weights yet", dtype_name(w.type));
-      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(*n.src[1]) || !f32_rows(n))
+      if (!weight_suffix(w.type))
+        return fmt::format("no Vulkan kernel for {} {}", dtype_name(w.type),
+                           n.op == OpKind::MatMul ? "weights" : "tables");
+      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || !f32_rows(n))
         return "only contiguous rows";
-      if (w.ne[2] != 1 || w.ne[3] != 1 || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
-        return "only 2-D matmuls";
+      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
+      if (n.op == OpKind::GetRows) return {};
+      if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
+        return "only 2-D F32 activations with contiguous rows";
       if (w.ne[1] > kMaxGroups || n.src[1]->ne[1] > kMaxGroups)
         return "more than 65535 rows or columns";
       return {};
     }
-    case OpKind::GetRows:
-    case OpKind::Rope:
-    case OpKind::Copy:
-    case OpKind::Attention:
-      return fmt::format("no Vulkan kernel for {} yet", op_name(n.op));
+    case OpKind::Copy: {
+      const Tensor& src = *n.src[0];
+      const Tensor& dst = *n.src[1];
+      if (!f32_rows(src)) return "only F32 sources with contiguous rows";
+      if (dst.type == DType::F16 && !extras_.storage16)
+        return "F16 destinations need 16-bit storage buffers, which this device lacks";
+      if (dst.type != DType::F32 && dst.type != DType::F16)
+        return fmt::format("no Vulkan conversion to {}", dtype_name(dst.type));
+      if (dst.nb[0] != dtype_info(dst.type).block_bytes) return "only contiguous rows";
+      return {};
+    }
+    case OpKind::Attention: {
+      const Tensor& q = *n.src[0];
+      const Tensor& k = *n.src[1];
+      const Tensor& v = *n.src[2];
+      if (!f32_rows(q) || !f32_rows(n)) return "only F32 queries with contiguous rows";
+      if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
+      if (k.nb != v.nb || k.ne != v.ne) return "K and V caches of different layouts";
+      if (q.ne[0] > kMaxHeadDim) return "head size above 256";
+      if (q.ne[1] > kMaxGroups || q.ne[2] > kMaxGroups) return "more than 65535 heads or tokens";
+      return {};
+    }
     case OpKind::Count:
       break;
   }
@@ -95,6 +151,8 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
 void VulkanDevice::run(Tensor& n) {
   Params p{};
   const Tensor* a = n.src[0];
+  const Operand none{nullptr, 0};
+  uint32_t gy = 1, gz = 1;
   switch (n.op) {
     case OpKind::None:
     case OpKind::View:
@@ -105,41 +163,79 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Silu:
     case OpKind::Gelu: {
       const Tensor* b = n.src[1];
-      fill_shape(p.ne, p.a_nb, *a, sizeof(float));
-      fill_shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
-      uint32_t unused[4];
-      fill_shape(unused, p.d_nb, n, sizeof(float));
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
       p.op = elementwise_code(n.op);
-      const uint64_t rows = uint64_t(a->n_rows());
-      const uint32_t gy = uint32_t(std::min<uint64_t>(rows, kMaxGroups));
-      dispatch("elementwise", a, b, n, sizeof(float), p, ceil_div(uint64_t(a->ne[0]), 64), gy,
-               ceil_div(rows, gy));
+      row_grid(uint64_t(a->n_rows()), gy, gz);
+      dispatch("elementwise", {a, sizeof(float)}, {b, sizeof(float)}, {&n, sizeof(float)}, none, p,
+               ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
       return;
     }
     case OpKind::RmsNorm:
     case OpKind::SoftMax: {
-      fill_shape(p.ne, p.a_nb, *a, sizeof(float));
-      uint32_t unused[4];
-      fill_shape(unused, p.d_nb, n, sizeof(float));
-      fill_shape(p.b_ne, p.b_nb, *a, sizeof(float));
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
       p.fparam0 = n.fparams[0];
       p.iparam = n.iparams[0];
-      const uint64_t rows = uint64_t(a->n_rows());
-      const uint32_t gx = uint32_t(std::min<uint64_t>(rows, kMaxGroups));
-      dispatch(n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", a, nullptr, n, sizeof(float), p,
-               gx, ceil_div(rows, gx), 1);
+      row_grid(uint64_t(a->n_rows()), gy, gz);
+      // These shaders take the row from (x, y): one workgroup per row.
+      dispatch(n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", {a, sizeof(float)}, none,
+               {&n, sizeof(float)}, none, p, gy, gz, 1);
+      return;
+    }
+    case OpKind::Rope: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      p.iparam = n.iparams[0];
+      p.op = uint32_t(n.iparams[1]);
+      p.fparam0 = n.fparams[0];
+      p.fparam1 = n.fparams[1];
+      row_grid(uint64_t(a->n_rows()), gy, gz);
+      dispatch("rope", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)}, {&n, sizeof(float)}, none,
+               p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
       return;
     }
     case OpKind::MatMul: {
-      const Tensor& w = *a;
       const Tensor& x = *n.src[1];
-      const size_t welem = dtype_info(w.type).block_bytes;
-      fill_shape(p.ne, p.a_nb, w, welem);
-      fill_shape(p.b_ne, p.b_nb, x, sizeof(float));
-      uint32_t unused[4];
-      fill_shape(unused, p.d_nb, n, sizeof(float));
-      dispatch(w.type == DType::F16 ? "matmul_f16" : "matmul_f32", &w, &x, n, welem, p,
-               uint32_t(w.ne[1]), uint32_t(x.ne[1]), 1);
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, x, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
+               {&n, sizeof(float)}, none, p, uint32_t(a->ne[1]), uint32_t(x.ne[1]), 1);
+      return;
+    }
+    case OpKind::GetRows: {
+      const Tensor& ids = *n.src[1];
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, ids, sizeof(int32_t));
+      strides(p.d_nb, n, sizeof(float));
+      row_grid(uint64_t(ids.ne[0]), gy, gz);
+      dispatch(fmt::format("get_rows_{}", weight_suffix(a->type)), {a, 1}, {&ids, sizeof(int32_t)},
+               {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      return;
+    }
+    case OpKind::Copy: {
+      const Tensor& dst = *n.src[1];
+      const size_t unit = dtype_info(dst.type).block_bytes;
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, dst, unit);
+      strides(p.d_nb, dst, unit);
+      row_grid(uint64_t(a->n_rows()), gy, gz);
+      dispatch(dst.type == DType::F16 ? "copy_f16" : "copy_f32", {a, sizeof(float)}, none,
+               {&dst, unit}, none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      return;
+    }
+    case OpKind::Attention: {
+      const Tensor& k = *n.src[1];
+      const Tensor& v = *n.src[2];
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
+      strides(p.d_nb, n, sizeof(float));
+      p.iparam = n.iparams[0];
+      p.fparam0 = n.fparams[0];
+      dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
+               {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1);
       return;
     }
     default:

@@ -16,6 +16,7 @@ layout(push_constant) uniform Params {
   float fparam0;
   float fparam1;
   uint op;
+  uint v_off;  // attention: the V cache's first element
 }
 p;
 

@@ -1,0 +1,79 @@
+#version 450
+// Causal attention of queries q [head_dim, n_head, T] (F32) over the F16 KV caches
+// [head_dim, n_kv_head, n_ctx] with grouped-query heads: one workgroup per (head, token), the
+// visible positions in chunks whose scores go through shared memory, and a running (online)
+// softmax so no array of n_ctx scores is needed. iparam = n_past, fparam0 = scale.
+// Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer A { float q[]; };
+layout(std430, binding = 1) readonly buffer B { uint kc[]; };
+layout(std430, binding = 2) writeonly buffer D { float d[]; };
+layout(std430, binding = 3) readonly buffer V { uint vc[]; };
+
+const uint CHUNK = 256;
+const uint MAX_HD = 256;
+shared float qs[MAX_HD];
+shared float scores[CHUNK];
+shared float red[64];
+
+// Element e (in halves) of a cache bound at word 0.
+float half_of(uint e, bool v) {
+  const uint w = v ? vc[e >> 1] : kc[e >> 1];
+  return unpackHalf2x16(w >> ((e & 1u) * 16u)).x;
+}
+
+void main() {
+  const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+  const uint hd = p.ne[0], n_head = p.ne[1];
+  const uint n_kv_head = p.b_ne[1];
+  const uint kvh = h / (n_head / n_kv_head);
+  const uint n_visible = uint(p.iparam) + t + 1;
+  const uint qrow = p.a_off + h * p.a_nb[1] + t * p.a_nb[2];
+  for (uint i = tid; i < hd; i += 64) qs[i] = q[qrow + i];
+  barrier();
+
+  float acc[MAX_HD / 64];
+  for (uint k = 0; k < MAX_HD / 64; ++k) acc[k] = 0.0;
+  float m = -1.0 / 0.0, l = 0.0;
+  for (uint c = 0; c < n_visible; c += CHUNK) {
+    const uint len = min(CHUNK, n_visible - c);
+    float cmax = -1.0 / 0.0;
+    for (uint j = tid; j < len; j += 64) {
+      const uint krow = p.b_off + kvh * p.b_nb[1] + (c + j) * p.b_nb[2];
+      float s = 0.0;
+      for (uint i = 0; i < hd; ++i) s += qs[i] * half_of(krow + i, false);
+      s *= p.fparam0;
+      scores[j] = s;
+      cmax = max(cmax, s);
+    }
+    red[tid] = cmax;
+    barrier();
+    for (uint w = 32; w > 0; w >>= 1) {
+      if (tid < w) red[tid] = max(red[tid], red[tid + w]);
+      barrier();
+    }
+    const float new_m = max(m, red[0]);
+    const float rescale = exp(m - new_m);
+    l *= rescale;
+    for (uint k = 0; k < MAX_HD / 64; ++k) acc[k] *= rescale;
+    for (uint j = 0; j < len; ++j) {
+      const float pj = exp(scores[j] - new_m);
+      l += pj;
+      const uint vrow = p.v_off + kvh * p.b_nb[1] + (c + j) * p.b_nb[2];
+      for (uint k = 0; k < MAX_HD / 64; ++k) {
+        const uint i = tid + 64 * k;
+        if (i < hd) acc[k] += pj * half_of(vrow + i, true);
+      }
+    }
+    m = new_m;
+    barrier();
+  }
+  const uint orow = p.d_off + h * p.d_nb[1] + t * p.d_nb[2];
+  for (uint k = 0; k < MAX_HD / 64; ++k) {
+    const uint i = tid + 64 * k;
+    if (i < hd) d[orow + i] = acc[k] / l;
+  }
+}
