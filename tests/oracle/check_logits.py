@@ -82,6 +82,12 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
         sys.stdout.write(proc.stdout)
         sys.stdout.write(proc.stderr)
         raise RuntimeError(f"polystack logits exited with {proc.returncode}")
+    # A GPU API's validation layer, when the environment loads one, reports misuse here.
+    for marker in ("Validation Error", "VUID-"):
+        if marker in proc.stdout or marker in proc.stderr:
+            sys.stdout.write(proc.stdout)
+            sys.stdout.write(proc.stderr)
+            raise RuntimeError(f"the validation layer reported an error ({marker})")
     if not os.path.exists(out):
         raise RuntimeError(f"polystack logits wrote no {out}")
     data = np.fromfile(out, dtype="<f4")

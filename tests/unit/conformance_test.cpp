@@ -115,7 +115,7 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     const bool quant = block_size(t) > 1;
     for (int64_t k : quant ? std::vector<int64_t>{32, 32 * 9} : std::vector<int64_t>{37, 269}) {
       for (int64_t n : {5, 33}) {
-        for (int64_t m : {1, 3}) {
+        for (int64_t m : {1, 3, 6}) {
           builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
                                 [=](Case& c, std::mt19937& rng) {
                                   Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);

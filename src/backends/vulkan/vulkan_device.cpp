@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "backends/vulkan/vulkan_shaders.h"
@@ -30,6 +32,14 @@ uintptr_t reserve_addresses(size_t bytes) {
 }
 
 uint32_t elems(size_t bytes, size_t elem) { return uint32_t(bytes / elem); }
+
+bool always_stage() {
+  static const bool on = [] {
+    const char* v = std::getenv("POLYSTACK_VULKAN_STAGING");
+    return v && std::string_view(v) == "1";
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -61,7 +71,9 @@ VulkanBuffer::VulkanBuffer(VulkanDevice& dev, size_t bytes, bool staging)
                                    dev.info().id, bytes, result_name(r)));
   }
   check(f.vkBindBufferMemory(dev.device(), buffer_, memory_, 0), "vkBindBufferMemory");
-  if (host_visible)
+  // POLYSTACK_VULKAN_STAGING=1 moves every byte through staging buffers, as on GPUs whose
+  // memory the host cannot map, so that path is tested on devices whose memory it can.
+  if (host_visible && (staging || !always_stage()))
     check(f.vkMapMemory(dev.device(), memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
   dev.register_buffer(this);
 }
@@ -306,6 +318,16 @@ VkPipeline VulkanDevice::pipeline(const std::string& name) {
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   ci.stage.module = module;
   ci.stage.pName = "main";
+  // Constant 0: the workgroup width of shaders that take it (local_size_x_id = 0), one subgroup.
+  const uint32_t width =
+      extras_.subgroup_size >= 1 && extras_.subgroup_size <= 64 ? extras_.subgroup_size : 64;
+  const VkSpecializationMapEntry entry{0, 0, sizeof(uint32_t)};
+  VkSpecializationInfo spec{};
+  spec.mapEntryCount = 1;
+  spec.pMapEntries = &entry;
+  spec.dataSize = sizeof(width);
+  spec.pData = &width;
+  ci.stage.pSpecializationInfo = &spec;
   ci.layout = pipeline_layout_;
   VkPipeline p = VK_NULL_HANDLE;
   const VkResult r = fn_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p);

@@ -13,6 +13,8 @@ namespace {
 
 constexpr uint32_t kMaxGroups = 65535;  // the minimum every device supports per dimension
 constexpr int64_t kMaxHeadDim = 256;    // attention.comp keeps a query row in shared memory
+constexpr uint32_t kMatmulCols = 4;     // activation rows per workgroup (COLS in matmul.comp)
+constexpr uint32_t kMatmulRows = 4;     // weight rows per workgroup (ROWS in matmul.comp)
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -114,6 +116,8 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
         return "only contiguous rows";
       if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
       if (n.op == OpKind::GetRows) return {};
+      if (!extras_.subgroup_arithmetic)
+        return "the matmul kernel needs subgroup arithmetic in compute shaders";
       if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
         return "only 2-D F32 activations with contiguous rows";
       if (w.ne[1] > kMaxGroups || n.src[1]->ne[1] > kMaxGroups)
@@ -202,7 +206,8 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.b_ne, p.b_nb, x, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
       dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
-               {&n, sizeof(float)}, none, p, uint32_t(a->ne[1]), uint32_t(x.ne[1]), 1);
+               {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[1]), kMatmulRows),
+               ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
       return;
     }
     case OpKind::GetRows: {

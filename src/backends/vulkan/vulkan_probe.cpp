@@ -130,6 +130,8 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                              : std::string(driver.driverName);
       d.uuid = uuid_string(ids.deviceUUID);
       x.subgroup_size = subgroup.subgroupSize;
+      x.subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                              (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
 
       VkPhysicalDeviceVulkan12Features v12{};
       v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
@@ -175,6 +177,7 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                          fmt::format("{}.{}", VK_API_VERSION_MAJOR(x.api_version),
                                      VK_API_VERSION_MINOR(x.api_version)));
     if (x.subgroup_size) d.facts.emplace_back("subgroup size", std::to_string(x.subgroup_size));
+    d.facts.emplace_back("subgroup arithmetic in compute", yes_no(x.subgroup_arithmetic));
     d.facts.emplace_back("fp16 arithmetic", yes_no(x.fp16));
     d.facts.emplace_back("int8 arithmetic", yes_no(x.int8));
     d.facts.emplace_back("16-bit storage", yes_no(x.storage16));
