@@ -273,6 +273,11 @@ void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_
     region.srcOffset = offset;
     fn_.vkCmdCopyBuffer(cmd_, b.handle(), staging.handle(), 1, &region);
   }
+  submit_and_wait();
+  if (!to_device) staging.read(0, host, n);
+}
+
+void VulkanDevice::submit_and_wait() {
   check(fn_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   VkSubmitInfo si{};
   si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
@@ -282,7 +287,6 @@ void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_
   check(fn_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   check(fn_.vkResetFences(device_, 1, &fence_), "vkResetFences");
   check(fn_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
-  if (!to_device) staging.read(0, host, n);
 }
 
 VulkanDevice::Binding VulkanDevice::bind(const Tensor& t, size_t elem_bytes) const {
@@ -349,15 +353,7 @@ void VulkanDevice::begin_if_needed() {
 void VulkanDevice::synchronize() {
   if (!recording_) return;
   recording_ = false;
-  check(fn_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-  VkSubmitInfo si{};
-  si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  check(fn_.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
-  check(fn_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-  check(fn_.vkResetFences(device_, 1, &fence_), "vkResetFences");
-  check(fn_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+  submit_and_wait();
   check(fn_.vkResetDescriptorPool(device_, descriptors_, 0), "vkResetDescriptorPool");
   sets_left_ = kSetsPerPool;
 }

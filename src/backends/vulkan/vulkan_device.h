@@ -94,6 +94,8 @@ class VulkanDevice final : public Device {
   Binding bind(const Tensor& t, size_t elem_bytes) const;
   VkPipeline pipeline(const std::string& name);
   void begin_if_needed();
+  // Ends the command buffer, submits it, waits for it, and resets it for the next recording.
+  void submit_and_wait();
   // A tensor bound to a shader, with the unit of its strides and offset (bytes for weights read
   // through weights.glsl, otherwise the element size).
   struct Operand {
