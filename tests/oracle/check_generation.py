@@ -20,7 +20,6 @@ Exit status: 0 pass, 1 fail, 77 skip (the shared model is absent).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llama_ref  # noqa: E402
+from check_logits import device_usable  # noqa: E402
 
 SKIP = 77
 PROMPT = "Once upon a time"
@@ -99,13 +99,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     args = ap.parse_args()
-    if args.device:
-        listed = subprocess.run([args.bin, "devices", "--json"], capture_output=True, text=True,
-                                timeout=args.timeout)
-        if not any(d["id"] == args.device and d.get("usable", True)
-                   for d in json.loads(listed.stdout)["devices"]):
-            print(f"SKIP: device {args.device} is absent or unusable here")
-            return SKIP
+    if args.device and not device_usable(args.bin, args.device):
+        print(f"SKIP: device {args.device} is absent or unusable here")
+        return SKIP
     device_flags = ["--device", args.device] if args.device else []
 
     model_path = args.model

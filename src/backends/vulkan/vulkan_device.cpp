@@ -243,12 +243,15 @@ uint32_t VulkanDevice::memory_type(uint32_t allowed, bool staging, bool* host_vi
 void VulkanDevice::register_buffer(VulkanBuffer* b) { buffers_[b->base()] = b; }
 void VulkanDevice::unregister_buffer(VulkanBuffer* b) { buffers_.erase(b->base()); }
 
-bool VulkanDevice::owns(const void* data) const {
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(data);
+const VulkanBuffer* VulkanDevice::buffer_at(uintptr_t addr) const {
   auto it = buffers_.upper_bound(addr);
-  if (it == buffers_.begin()) return false;
+  if (it == buffers_.begin()) return nullptr;
   --it;
-  return addr - it->first < it->second->bound_size();
+  return addr - it->first < std::max<size_t>(it->second->size(), 1) ? it->second : nullptr;
+}
+
+bool VulkanDevice::owns(const void* data) const {
+  return buffer_at(reinterpret_cast<uintptr_t>(data)) != nullptr;
 }
 
 std::unique_ptr<Buffer> VulkanDevice::alloc(size_t bytes) {
@@ -291,16 +294,12 @@ void VulkanDevice::submit_and_wait() {
 
 VulkanDevice::Binding VulkanDevice::bind(const Tensor& t, size_t elem_bytes) const {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(t.data);
-  auto it = buffers_.upper_bound(addr);
-  if (it == buffers_.begin())
+  const VulkanBuffer* found = buffer_at(addr);
+  if (!found)
     throw BackendError(
         fmt::format("{}: tensor {} is not in a buffer of this device", info_.id, t.name));
-  --it;
-  const VulkanBuffer& b = *it->second;
+  const VulkanBuffer& b = *found;
   const size_t offset = addr - b.base();
-  if (offset >= std::max<size_t>(b.size(), 1))
-    throw BackendError(
-        fmt::format("{}: tensor {} is not in a buffer of this device", info_.id, t.name));
   const VkDeviceSize aligned = offset / storage_alignment_ * storage_alignment_;
   const VkDeviceSize range = std::min<VkDeviceSize>(b.bound_size() - aligned, max_storage_range_);
   return {b.handle(), aligned, range, elems(offset - aligned, elem_bytes)};

@@ -91,6 +91,8 @@ class VulkanDevice final : public Device {
     VkDeviceSize range;   // to the end of the buffer, at most the device's largest range
     uint32_t first;       // the tensor's first element after that offset
   };
+  // The buffer whose bytes hold address addr, or null.
+  const VulkanBuffer* buffer_at(uintptr_t addr) const;
   Binding bind(const Tensor& t, size_t elem_bytes) const;
   VkPipeline pipeline(const std::string& name);
   void begin_if_needed();
