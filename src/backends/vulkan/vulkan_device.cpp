@@ -128,6 +128,7 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   ifn_.vkGetPhysicalDeviceProperties(phys, &props);
   storage_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
   max_storage_range_ = props.limits.maxStorageBufferRange;
+  lane_matmul_ = lane_per_row_matmul(extras);
   ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
 
   const float priority = 1.0f;

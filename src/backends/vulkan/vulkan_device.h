@@ -128,6 +128,7 @@ class VulkanDevice final : public Device {
   VkDescriptorPool descriptors_ = VK_NULL_HANDLE;
   uint32_t sets_left_ = 0;
   bool recording_ = false;
+  bool lane_matmul_ = false;  // matmul_lanes.comp instead of matmul.comp (lane_per_row_matmul)
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
 };

@@ -15,6 +15,11 @@ constexpr uint32_t kMaxGroups = 65535;  // the minimum every device supports per
 constexpr int64_t kMaxHeadDim = 256;    // attention.comp keeps a query row in shared memory
 constexpr uint32_t kMatmulCols = 4;     // activation rows per workgroup (COLS in matmul.comp)
 constexpr uint32_t kMatmulRows = 4;     // weight rows per workgroup (ROWS in matmul.comp)
+// matmul_lanes.comp: weight rows per lane x activation rows per workgroup, for a few
+// activation rows (decode) and for prompt batches from kLanesTileFrom rows on.
+constexpr uint32_t kLanesVec[2] = {4, 1};
+constexpr uint32_t kLanesTile[2] = {8, 8};
+constexpr int64_t kLanesTileFrom = 4;
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -205,9 +210,17 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.ne, p.a_nb, *a, 1);
       shape(p.b_ne, p.b_nb, x, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
-               {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[1]), kMatmulRows),
-               ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
+      if (lane_matmul_) {  // weight rows per lane of a subgroup-wide workgroup
+        const bool tile = x.ne[1] >= kLanesTileFrom;
+        const uint32_t(&shape)[2] = tile ? kLanesTile : kLanesVec;
+        dispatch(fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", weight_suffix(a->type)),
+                 {a, 1}, {&x, sizeof(float)}, {&n, sizeof(float)}, none, p,
+                 ceil_div(uint64_t(a->ne[1]), extras_.subgroup_size * shape[0]),
+                 ceil_div(uint64_t(x.ne[1]), shape[1]), 1);
+      } else
+        dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
+                 {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[1]), kMatmulRows),
+                 ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
       return;
     }
     case OpKind::GetRows: {

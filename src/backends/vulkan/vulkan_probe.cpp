@@ -70,6 +70,13 @@ std::string driver_search_note() {
 
 }  // namespace
 
+bool lane_per_row_matmul(const DeviceExtras& x) {
+  const char* force = std::getenv("POLYSTACK_VULKAN_MATMUL");
+  if (force && std::string_view(force) == "split") return false;
+  const uint32_t s = x.subgroup_size;
+  return x.info.kind == DeviceKind::Cpu && x.subgroup_shuffle && s >= 1 && s <= 32 && 32 % s == 0;
+}
+
 std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                                     const InstanceFunctions& f, uint32_t instance_version) {
   uint32_t count = 0;
@@ -132,6 +139,8 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
       x.subgroup_size = subgroup.subgroupSize;
       x.subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                               (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+      x.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                           (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
 
       VkPhysicalDeviceVulkan12Features v12{};
       v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
@@ -178,12 +187,16 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                                      VK_API_VERSION_MINOR(x.api_version)));
     if (x.subgroup_size) d.facts.emplace_back("subgroup size", std::to_string(x.subgroup_size));
     d.facts.emplace_back("subgroup arithmetic in compute", yes_no(x.subgroup_arithmetic));
+    d.facts.emplace_back("subgroup shuffle in compute", yes_no(x.subgroup_shuffle));
     d.facts.emplace_back("fp16 arithmetic", yes_no(x.fp16));
     d.facts.emplace_back("int8 arithmetic", yes_no(x.int8));
     d.facts.emplace_back("16-bit storage", yes_no(x.storage16));
     d.facts.emplace_back("8-bit storage", yes_no(x.storage8));
     d.facts.emplace_back("integer dot product", yes_no(x.has_integer_dot_product));
     d.facts.emplace_back("cooperative matrix", yes_no(x.has_cooperative_matrix));
+    d.facts.emplace_back("matmul kernel", lane_per_row_matmul(x)
+                                              ? "weight rows per subgroup lane (CPU driver)"
+                                              : "subgroup lanes split each row");
     d.facts.emplace_back("memory budget",
                          x.has_memory_budget ? "reported (VK_EXT_memory_budget)" : "not reported");
     out.push_back(std::move(x));

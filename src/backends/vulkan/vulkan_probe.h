@@ -30,9 +30,16 @@ struct DeviceExtras {
   uint32_t api_version = 0;  // min(device, instance)
   uint32_t subgroup_size = 0;
   bool subgroup_arithmetic = false;  // subgroupAdd and friends in compute shaders
+  bool subgroup_shuffle = false;     // subgroupShuffle in compute shaders
   bool fp16 = false, int8 = false, storage16 = false, storage8 = false;
   bool has_memory_budget = false, has_cooperative_matrix = false, has_integer_dot_product = false;
 };
+
+// Which matmul kernel suits the device: weight rows per subgroup lane (matmul_lanes.comp)
+// on CPU drivers, which run a subgroup as the SIMD lanes of a thread, otherwise the lanes of a
+// subgroup split each row (matmul.comp). POLYSTACK_VULKAN_MATMUL=split forces the second, so
+// both are tested on CPU drivers.
+bool lane_per_row_matmul(const DeviceExtras& x);
 
 std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                                     const InstanceFunctions& f, uint32_t instance_version);

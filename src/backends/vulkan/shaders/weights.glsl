@@ -46,47 +46,6 @@ float load_weight(uint row, uint j) {
 
 #if !defined(WTYPE_F32) && !defined(WTYPE_F16) && !defined(WTYPE_BF16)
 #define WEIGHTS_QUANTIZED 1
-// The 32-bit word at byte b, for b on a 2-byte boundary.
-uint word_at(uint b) {
-  const uint i = b >> 2;
-  return (b & 2u) == 0u ? wq[i] : (wq[i] >> 16) | (wq[i + 1] << 16);
-}
-
-// The 32 weights of block `blk` (its first byte), dequantized: whole words at a time.
-void load_block(uint blk, out float w[32]) {
-#if defined(WTYPE_Q8_0)
-  const float d = half_at(blk);
-  for (uint k = 0; k < 8; ++k) {
-    const uint v = word_at(blk + 2 + 4 * k);
-    for (uint i = 0; i < 4; ++i) w[4 * k + i] = d * float(int(v << (24 - 8 * i)) >> 24);
-  }
-#else
-#if defined(WTYPE_Q4_0)
-  const float d = half_at(blk), m = -8.0 * d;
-  const uint qs = blk + 2, qh = 0;
-#elif defined(WTYPE_Q4_1)
-  const float d = half_at(blk), m = half_at(blk + 2);
-  const uint qs = blk + 4, qh = 0;
-#elif defined(WTYPE_Q5_0)
-  const float d = half_at(blk), m = -16.0 * d;
-  const uint qs = blk + 6, qh = word_at(blk + 2);
-#elif defined(WTYPE_Q5_1)
-  const float d = half_at(blk), m = half_at(blk + 2);
-  const uint qs = blk + 8, qh = word_at(blk + 4);
-#endif
-  for (uint k = 0; k < 4; ++k) {
-    const uint v = word_at(qs + 4 * k);
-    for (uint i = 0; i < 4; ++i) {
-      const uint j = 4 * k + i;
-      const uint lo = ((v >> (8 * i)) & 15u) | (((qh >> j) & 1u) << 4);
-      const uint hi = ((v >> (8 * i + 4)) & 15u) | (((qh >> (j + 16)) & 1u) << 4);
-      w[j] = d * float(lo) + m;
-      w[j + 16] = d * float(hi) + m;
-    }
-  }
-#endif
-}
-
 // Bytes of one block.
 #if defined(WTYPE_Q8_0)
 const uint BLOCK_BYTES = 34;
@@ -99,4 +58,60 @@ const uint BLOCK_BYTES = 22;
 #else
 const uint BLOCK_BYTES = 24;
 #endif
+
+// Block `blk` (its first byte) is read as the fewest aligned words that hold it: blocks start
+// on 2-byte boundaries, so it sits 0 or 2 bytes into the first. Every read of a buffer is costly
+// on some drivers (CPU drivers load lane by lane), and half the blocks of the odd-sized types
+// would otherwise cost two reads per word.
+#define BLOCK_WINDOW ((BLOCK_BYTES + 5u) / 4u)
+// In a block that sits `odd` halfwords into the words W: the halfword j of the block, and the
+// 32 bits starting there (j a constant once loops are unrolled, so W never needs indexing by
+// a variable).
+#define WIN_HALF(h) ((W[(h) >> 1] >> (((h) & 1u) * 16u)) & 0xffffu)
+#define WIN_WORD(h) (((h) & 1u) == 0u ? W[(h) >> 1] : (W[(h) >> 1] >> 16) | (W[((h) >> 1) + 1] << 16))
+#define BLOCK_HALF(j) unpackHalf2x16(odd ? WIN_HALF((j) + 1u) : WIN_HALF(j)).x
+#define BLOCK_WORD(j) (odd ? WIN_WORD((j) + 1u) : WIN_WORD(j))
+
+// The 32 weights of block `blk`, dequantized.
+void load_block(uint blk, out float w[32]) {
+  const bool odd = (blk & 2u) != 0u;
+  const uint first = blk >> 2, words = (blk % 4u + BLOCK_BYTES + 3u) / 4u;
+  uint W[BLOCK_WINDOW];
+  for (uint i = 0; i < BLOCK_WINDOW; ++i) {
+    W[i] = 0u;
+    if (i < words) W[i] = wq[first + i];  // a branch, not a select: never read past the block
+  }
+#if defined(WTYPE_Q8_0)
+  const float d = BLOCK_HALF(0);
+  for (uint k = 0; k < 8; ++k) {
+    const uint v = BLOCK_WORD(1 + 2 * k);
+    for (uint i = 0; i < 4; ++i) w[4 * k + i] = d * float(int(v << (24 - 8 * i)) >> 24);
+  }
+#else
+#if defined(WTYPE_Q4_0)
+  const float d = BLOCK_HALF(0), m = -8.0 * d;
+  const uint qs = 1, qh = 0;
+#elif defined(WTYPE_Q4_1)
+  const float d = BLOCK_HALF(0), m = BLOCK_HALF(1);
+  const uint qs = 2, qh = 0;
+#elif defined(WTYPE_Q5_0)
+  const float d = BLOCK_HALF(0), m = -16.0 * d;
+  const uint qs = 3, qh = BLOCK_WORD(1);
+#elif defined(WTYPE_Q5_1)
+  const float d = BLOCK_HALF(0), m = BLOCK_HALF(1);
+  const uint qs = 4, qh = BLOCK_WORD(2);
+#endif
+  for (uint k = 0; k < 4; ++k) {
+    const uint v = BLOCK_WORD(qs + 2 * k);
+    for (uint i = 0; i < 4; ++i) {
+      const uint j = 4 * k + i;
+      const uint lo = ((v >> (8 * i)) & 15u) | (((qh >> j) & 1u) << 4);
+      const uint hi = ((v >> (8 * i + 4)) & 15u) | (((qh >> (j + 16)) & 1u) << 4);
+      w[j] = d * float(lo) + m;
+      w[j + 16] = d * float(hi) + m;
+    }
+  }
+#endif
+}
+
 #endif
