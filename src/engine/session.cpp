@@ -60,6 +60,12 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
     k_cache_.push_back(device_->alloc(layer_bytes));
     v_cache_.push_back(device_->alloc(layer_bytes));
   }
+  // Weights reach a device with its own memory now rather than with the first token.
+  const int32_t first = 0;
+  Graph g;
+  std::vector<int32_t> pos;
+  build(g, std::span<const int32_t>(&first, 1), pos, false);
+  scheduler_->upload_constants(g);
 }
 
 Session::~Session() = default;
@@ -98,11 +104,11 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
   return out;
 }
 
-void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out) {
+Tensor* Session::build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
+                       bool all_logits) const {
   const ModelParams& p = model_->model->params();
   const int32_t T = int32_t(tokens.size());
-  Graph g;
-  std::vector<int32_t> pos(tokens.size());
+  pos.resize(tokens.size());
   for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past_ + i;
   ForwardInputs in;
   in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, const_cast<int32_t*>(tokens.data()));
@@ -118,13 +124,19 @@ void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vec
                                 {p.head_dim, p.n_head_kv, n_ctx_, 1},
                                 v_cache_[size_t(l)]->address()));
   }
-  Tensor* logits = model_->model->build_graph(g, in);
+  return model_->model->build_graph(g, in);
+}
+
+void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out) {
+  Graph g;
+  std::vector<int32_t> pos;
+  Tensor* logits = build(g, tokens, pos, all_logits);
   scheduler_->run(g, {logits});
   const size_t n = size_t(logits->n_elements());
   const size_t at = out.size();
   out.resize(at + n);
   scheduler_->read(*logits, out.data() + at);
-  n_past_ += T;
+  n_past_ += int64_t(tokens.size());
 }
 
 }  // namespace ps

@@ -55,6 +55,10 @@ class Session {
 
  private:
   void forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
+  // The forward graph for `tokens` at the next positions (written to pos, which the graph
+  // reads), returning the logits node.
+  Tensor* build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
+                bool all_logits) const;
 
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<Device> device_;

@@ -87,6 +87,23 @@ Scheduler::Scheduler(std::vector<Device*> devices, bool strict)
                       devices_[0]->info().id, devices_[i]->info().id));
 }
 
+Buffer& Scheduler::constant_copy(const Tensor& leaf) {
+  auto& buf = constants_[leaf.data];
+  if (!buf) {
+    buf = devices_[0]->alloc(leaf.n_bytes());
+    buf->write(0, leaf.data, leaf.n_bytes());
+  }
+  return *buf;
+}
+
+void Scheduler::upload_constants(const Graph& graph) {
+  Device& dev = *devices_[0];
+  if (dev.reads_host_memory()) return;
+  for (const Tensor* n : graph.nodes())
+    for (const Tensor* s : n->src)
+      if (s && s->op == OpKind::None && s->constant && !dev.owns(s->data)) constant_copy(*s);
+}
+
 void Scheduler::copy_in_leaves(Graph& graph) {
   run_inputs_.clear();
   Device& dev = *devices_[0];
@@ -101,12 +118,7 @@ void Scheduler::copy_in_leaves(Graph& graph) {
       if (it == replaced.end()) {
         void* addr = nullptr;
         if (s->constant) {
-          auto& buf = constants_[s->data];
-          if (!buf) {
-            buf = dev.alloc(s->n_bytes());
-            buf->write(0, s->data, s->n_bytes());
-          }
-          addr = buf->address();
+          addr = constant_copy(*s).address();
         } else {
           auto& buf = run_inputs_.emplace_back(dev.alloc(s->n_bytes()));
           buf->write(0, s->data, s->n_bytes());

@@ -25,6 +25,10 @@ class Scheduler {
   // memory that nodes on a device-memory device read are copied in: constant ones (weights)
   // once for the scheduler's life, the others (token ids, positions) on every run.
   void run(Graph& graph, const std::vector<Tensor*>& outputs);
+  // Copies the constant leaves the graph's nodes read (the weights) to the device now, so
+  // that the first run does not: a model's weights reach a GPU when it is loaded. Nothing to
+  // do for devices that read host memory.
+  void upload_constants(const Graph& graph);
   // Copies an output of the last run to host memory (dst holds t.n_bytes()).
   void read(const Tensor& t, void* dst) const;
   const PlacementReport& report() const { return report_; }
@@ -42,6 +46,8 @@ class Scheduler {
   std::unordered_map<const void*, std::unique_ptr<Buffer>> constants_;
   std::vector<std::unique_ptr<Buffer>> run_inputs_;
   void copy_in_leaves(Graph& graph);
+  // The device copy of a constant leaf, made on first use.
+  Buffer& constant_copy(const Tensor& leaf);
 };
 
 }  // namespace ps

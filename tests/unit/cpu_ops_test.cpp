@@ -293,5 +293,72 @@ TEST(Scheduler, ReusesMemoryOfDeadIntermediates) {
   EXPECT_NEAR(static_cast<float*>(t->data)[5], v, 1e-5);
 }
 
+// A device "with its own memory" that runs on the CPU backend: it counts the bytes written
+// into its buffers, so a test sees when the scheduler copies leaves in.
+class OwnMemoryDevice final : public Device {
+ public:
+  OwnMemoryDevice() : cpu_(Registry::global().open("cpu", DeviceOptions{})) {}
+  const DeviceInfo& info() const override { return cpu_->info(); }
+  std::string unsupported_reason(const Tensor& n) const override {
+    return cpu_->unsupported_reason(n);
+  }
+  bool reads_host_memory() const override { return false; }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override {
+    auto b = std::make_unique<Counted>(cpu_->alloc(bytes), written);
+    buffers_.push_back(b.get());
+    return b;
+  }
+  bool owns(const void* data) const override {
+    for (Counted* b : buffers_) {
+      const char* base = static_cast<const char*>(b->host_ptr());
+      if (data >= base && data < base + b->size()) return true;
+    }
+    return false;
+  }
+  void execute(std::span<Tensor* const> nodes) override { cpu_->execute(nodes); }
+  void synchronize() override { cpu_->synchronize(); }
+  size_t written = 0;
+
+ private:
+  struct Counted final : Buffer {
+    Counted(std::unique_ptr<Buffer> b, size_t& n) : inner(std::move(b)), count(n) {}
+    size_t size() const override { return inner->size(); }
+    void* host_ptr() override { return inner->host_ptr(); }
+    void write(size_t offset, const void* src, size_t n) override {
+      count += n;
+      inner->write(offset, src, n);
+    }
+    void read(size_t offset, void* dst, size_t n) const override { inner->read(offset, dst, n); }
+    std::unique_ptr<Buffer> inner;
+    size_t& count;
+  };
+  std::unique_ptr<Device> cpu_;
+  std::vector<Counted*> buffers_;  // buffers live as long as the scheduler, which the test outlives
+};
+
+TEST(Scheduler, UploadsConstantLeavesOnceAndInputsEveryRun) {
+  OwnMemoryDevice dev;
+  const int64_t k = 64, n = 16;
+  auto w = random_floats(size_t(k * n), 3);
+  auto x = random_floats(size_t(k), 4);
+  Graph g;
+  Tensor* wt = g.leaf("w", DType::F32, {k, n, 1, 1}, w.data());
+  wt->constant = true;
+  Tensor* xt = g.leaf("x", DType::F32, {k, 1, 1, 1}, x.data());
+  Tensor* y = g.matmul(wt, xt);
+  Scheduler s({&dev}, true);
+  s.upload_constants(g);
+  EXPECT_EQ(dev.written, w.size() * 4) << "the weights, and only they, before any run";
+  s.run(g, {y});
+  EXPECT_EQ(dev.written, (w.size() + x.size()) * 4) << "the first run copies only the input";
+  std::vector<float> got(static_cast<size_t>(n));
+  s.read(*y, got.data());
+  for (int64_t r = 0; r < n; ++r) {
+    double e = 0;
+    for (int64_t i = 0; i < k; ++i) e += double(w[size_t(r * k + i)]) * x[size_t(i)];
+    EXPECT_NEAR(got[size_t(r)], e, 1e-4) << r;
+  }
+}
+
 }  // namespace
 }  // namespace ps
