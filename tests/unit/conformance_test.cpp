@@ -114,17 +114,17 @@ std::vector<std::unique_ptr<Case>> all_cases() {
   for (DType t : weight_types) {
     const bool quant = block_size(t) > 1;
     for (int64_t k : quant ? std::vector<int64_t>{32, 32 * 9} : std::vector<int64_t>{37, 269}) {
-      for (int64_t n : {5, 33}) {
-        for (int64_t m : {1, 3, 6}) {
-          builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
-                                [=](Case& c, std::mt19937& rng) {
-                                  Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
-                                  Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
-                                  c.out = c.graph.matmul(w, x);
-                                  // Quantized paths quantize the activations to 8 bits.
-                                  c.tolerance = quant ? 2e-2 : (t == DType::F32 ? 1e-5 : 1e-3);
-                                });
-        }
+      // Batches of 70 reach the prompt kernels (tiles of 8 and 64 rows) with partial tiles.
+      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{
+               {5, 1}, {5, 3}, {5, 6}, {33, 1}, {33, 3}, {33, 6}, {5, 70}, {131, 70}}) {
+        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                              [=](Case& c, std::mt19937& rng) {
+                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                c.out = c.graph.matmul(w, x);
+                                // Quantized paths quantize the activations to 8 bits.
+                                c.tolerance = quant ? 2e-2 : (t == DType::F32 ? 1e-5 : 1e-3);
+                              });
       }
     }
   }

@@ -129,6 +129,7 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   storage_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
   max_storage_range_ = props.limits.maxStorageBufferRange;
   lane_matmul_ = lane_per_row_matmul(extras);
+  int_dot_matmul_ = integer_dot_matmul(extras);
   ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
 
   const float priority = 1.0f;
@@ -146,9 +147,17 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
   v11.storageBuffer16BitAccess = extras.storage16;
   v11.pNext = &v12;
+  // Packed 8-bit integer dot products (matmul_dot.comp), where the device has them.
+  VkPhysicalDeviceShaderIntegerDotProductFeatures idot{};
+  idot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  idot.shaderIntegerDotProduct = VK_TRUE;
+  const char* idot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+  if (extras.has_integer_dot_product) v12.pNext = &idot;
   VkDeviceCreateInfo di{};
   di.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
   di.pNext = &v11;
+  di.enabledExtensionCount = extras.has_integer_dot_product ? 1 : 0;
+  di.ppEnabledExtensionNames = &idot_ext;
   di.queueCreateInfoCount = 1;
   di.pQueueCreateInfos = &qi;
   check(ifn_.vkCreateDevice(phys, &di, nullptr, &device_), "vkCreateDevice");
@@ -210,6 +219,7 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
 VulkanDevice::~VulkanDevice() {
   if (!device_) return;
   fn_.vkDeviceWaitIdle(device_);
+  scratch_.reset();  // before the device it belongs to
   for (auto& [name, p] : pipelines_) fn_.vkDestroyPipeline(device_, p, nullptr);
   if (descriptors_) fn_.vkDestroyDescriptorPool(device_, descriptors_, nullptr);
   if (pipeline_layout_) fn_.vkDestroyPipelineLayout(device_, pipeline_layout_, nullptr);
@@ -253,6 +263,18 @@ const VulkanBuffer* VulkanDevice::buffer_at(uintptr_t addr) const {
 
 bool VulkanDevice::owns(const void* data) const {
   return buffer_at(reinterpret_cast<uintptr_t>(data)) != nullptr;
+}
+
+Tensor& VulkanDevice::scratch(size_t bytes) {
+  if (!scratch_ || scratch_->size() < bytes) {
+    synchronize();  // work already recorded may use the old buffer
+    scratch_.reset();
+    scratch_ = std::make_unique<VulkanBuffer>(*this, std::max<size_t>(bytes, size_t(1) << 16));
+    scratch_tensor_.name = "scratch";
+    scratch_tensor_.type = DType::I32;
+    scratch_tensor_.data = scratch_->address();
+  }
+  return scratch_tensor_;
 }
 
 std::unique_ptr<Buffer> VulkanDevice::alloc(size_t bytes) {

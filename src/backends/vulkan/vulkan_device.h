@@ -109,6 +109,9 @@ class VulkanDevice final : public Device {
   void dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v, Params p,
                 uint32_t gx, uint32_t gy, uint32_t gz);
   void run(Tensor& node);
+  // A tensor over a device buffer of at least `bytes` for values one kernel passes to the next
+  // within a run (quantized activations); grown as needed, after the work recorded so far.
+  Tensor& scratch(size_t bytes);
 
   DeviceInfo info_;
   DeviceExtras extras_;
@@ -128,9 +131,14 @@ class VulkanDevice final : public Device {
   VkDescriptorPool descriptors_ = VK_NULL_HANDLE;
   uint32_t sets_left_ = 0;
   bool recording_ = false;
-  bool lane_matmul_ = false;  // matmul_lanes.comp instead of matmul.comp (lane_per_row_matmul)
+  bool lane_matmul_ = false;
+  bool int_dot_matmul_ =
+      false;  // matmul_dot.comp for a few activation rows (integer_dot_matmul)  //
+              // matmul_lanes.comp instead of matmul.comp (lane_per_row_matmul)
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
+  std::unique_ptr<VulkanBuffer> scratch_;
+  Tensor scratch_tensor_;
 };
 
 }  // namespace ps::vk

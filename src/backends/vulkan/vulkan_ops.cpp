@@ -20,6 +20,9 @@ constexpr uint32_t kMatmulRows = 4;     // weight rows per workgroup (ROWS in ma
 constexpr uint32_t kLanesVec[2] = {4, 1};
 constexpr uint32_t kLanesTile[2] = {8, 8};
 constexpr int64_t kLanesTileFrom = 4;
+// matmul_tile.comp: 64 x 64 output tiles, for batches of kTileFrom activation rows or more.
+constexpr uint32_t kTile = 64;
+constexpr int64_t kTileFrom = 8;
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -106,10 +109,14 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       [[fallthrough]];
     case OpKind::Silu:
     case OpKind::Gelu:
-    case OpKind::RmsNorm:
-    case OpKind::SoftMax:
     case OpKind::Rope:
       if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
+      return {};
+    case OpKind::RmsNorm:
+    case OpKind::SoftMax:
+      if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
+      if (!extras_.subgroup_arithmetic)
+        return "the reduction kernels need subgroup arithmetic in compute shaders";
       return {};
     case OpKind::MatMul:
     case OpKind::GetRows: {
@@ -217,10 +224,28 @@ void VulkanDevice::run(Tensor& n) {
                  {a, 1}, {&x, sizeof(float)}, {&n, sizeof(float)}, none, p,
                  ceil_div(uint64_t(a->ne[1]), extras_.subgroup_size * shape[0]),
                  ceil_div(uint64_t(x.ne[1]), shape[1]), 1);
-      } else
+      } else if (x.ne[1] >= kTileFrom) {  // staged tiles; fp16 staging where the device has it
+        const bool f16 = extras_.fp16 && a->type != DType::F32;
+        dispatch(fmt::format("matmul_tile_{}{}", f16 ? "f16_" : "", weight_suffix(a->type)), {a, 1},
+                 {&x, sizeof(float)}, {&n, sizeof(float)}, none, p,
+                 ceil_div(uint64_t(a->ne[1]), kTile), ceil_div(uint64_t(x.ne[1]), kTile), 1);
+      } else if (int_dot_matmul_ && dtype_info(a->type).block_size == 32) {
+        // Activations to blocks of 8-bit integers, then packed integer dot products.
+        const uint64_t blocks = uint64_t(x.ne[0] / 32) * uint64_t(x.ne[1]);
+        Tensor& q = scratch(size_t(blocks) * 10 * sizeof(uint32_t));
+        Params pq{};
+        shape(pq.ne, pq.a_nb, x, sizeof(float));
+        dispatch("quantize_q8", {&x, sizeof(float)}, none, {&q, sizeof(uint32_t)}, none, pq,
+                 ceil_div(uint64_t(x.ne[0] / 32), 64), uint32_t(x.ne[1]), 1);
+        dispatch(fmt::format("matmul_dot_{}", weight_suffix(a->type)), {a, 1},
+                 {&q, sizeof(uint32_t)}, {&n, sizeof(float)}, none, p,
+                 ceil_div(uint64_t(a->ne[1]), kMatmulRows),
+                 ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
+      } else {  // subgroup lanes split each row
         dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
                  {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[1]), kMatmulRows),
                  ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
+      }
       return;
     }
     case OpKind::GetRows: {

@@ -72,9 +72,15 @@ std::string driver_search_note() {
 
 bool lane_per_row_matmul(const DeviceExtras& x) {
   const char* force = std::getenv("POLYSTACK_VULKAN_MATMUL");
-  if (force && std::string_view(force) == "split") return false;
+  if (force && (std::string_view(force) == "gpu" || std::string_view(force) == "split"))
+    return false;
   const uint32_t s = x.subgroup_size;
   return x.info.kind == DeviceKind::Cpu && x.subgroup_shuffle && s >= 1 && s <= 32 && 32 % s == 0;
+}
+
+bool integer_dot_matmul(const DeviceExtras& x) {
+  const char* force = std::getenv("POLYSTACK_VULKAN_MATMUL");
+  return x.has_integer_dot_product && !(force && std::string_view(force) == "split");
 }
 
 std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
@@ -142,8 +148,11 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
       x.subgroup_shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                            (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
 
+      VkPhysicalDeviceShaderIntegerDotProductFeatures idot{};
+      idot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
       VkPhysicalDeviceVulkan12Features v12{};
       v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+      if (x.has_integer_dot_product) v12.pNext = &idot;
       VkPhysicalDeviceVulkan11Features v11{};
       v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
       v11.pNext = &v12;
@@ -155,6 +164,7 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
       x.int8 = v12.shaderInt8;
       x.storage16 = v11.storageBuffer16BitAccess;
       x.storage8 = v12.storageBuffer8BitAccess;
+      x.has_integer_dot_product = x.has_integer_dot_product && idot.shaderIntegerDotProduct;
     }
 
     VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{};
@@ -194,9 +204,11 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
     d.facts.emplace_back("8-bit storage", yes_no(x.storage8));
     d.facts.emplace_back("integer dot product", yes_no(x.has_integer_dot_product));
     d.facts.emplace_back("cooperative matrix", yes_no(x.has_cooperative_matrix));
-    d.facts.emplace_back("matmul kernel", lane_per_row_matmul(x)
-                                              ? "weight rows per subgroup lane (CPU driver)"
-                                              : "subgroup lanes split each row");
+    d.facts.emplace_back("matmul kernels",
+                         lane_per_row_matmul(x) ? "weight rows per subgroup lane (CPU driver)"
+                         : integer_dot_matmul(x)
+                             ? "8-bit integer dot products (decode), 64x64 tiles (prompts)"
+                             : "split rows (decode), 64x64 tiles (prompts)");
     d.facts.emplace_back("memory budget",
                          x.has_memory_budget ? "reported (VK_EXT_memory_budget)" : "not reported");
     out.push_back(std::move(x));

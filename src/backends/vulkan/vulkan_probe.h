@@ -35,11 +35,15 @@ struct DeviceExtras {
   bool has_memory_budget = false, has_cooperative_matrix = false, has_integer_dot_product = false;
 };
 
-// Which matmul kernel suits the device: weight rows per subgroup lane (matmul_lanes.comp)
-// on CPU drivers, which run a subgroup as the SIMD lanes of a thread, otherwise the lanes of a
-// subgroup split each row (matmul.comp). POLYSTACK_VULKAN_MATMUL=split forces the second, so
-// both are tested on CPU drivers.
+// Which matmul kernels suit the device: weight rows per subgroup lane (matmul_lanes.comp) on
+// CPU drivers, which run a subgroup as the SIMD lanes of a thread; otherwise the GPU kernels:
+// for a few activation rows, packed 8-bit integer dot products for quantized weights where the
+// device has them (quantize_q8.comp, matmul_dot.comp), else subgroup lanes splitting each row
+// (matmul.comp); staged 64 x 64 tiles for prompt batches (matmul_tile.comp).
+// POLYSTACK_VULKAN_MATMUL=gpu forces the GPU kernels, =split the GPU kernels without integer
+// dot products, so that every kernel is tested on CPU drivers.
 bool lane_per_row_matmul(const DeviceExtras& x);
+bool integer_dot_matmul(const DeviceExtras& x);
 
 std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                                     const InstanceFunctions& f, uint32_t instance_version);

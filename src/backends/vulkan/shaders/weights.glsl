@@ -114,4 +114,45 @@ void load_block(uint blk, out float w[32]) {
 #endif
 }
 
+// The 32 weights of block `blk` as small integers q, four to a word in element order (element
+// 4i + j in byte j of word i), with w = d q + m: for integer dot products (matmul_dot.comp).
+// Bit j of x (j < 4) to bit 4 of byte j.
+uint spread_bits(uint x) {
+  return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+void load_block_ints(uint blk, out uint q[8], out float d, out float m) {
+  const bool odd = (blk & 2u) != 0u;
+  const uint first = blk >> 2, words = (blk % 4u + BLOCK_BYTES + 3u) / 4u;
+  uint W[BLOCK_WINDOW];
+  for (uint i = 0; i < BLOCK_WINDOW; ++i) {
+    W[i] = 0u;
+    if (i < words) W[i] = wq[first + i];
+  }
+  d = BLOCK_HALF(0);
+#if defined(WTYPE_Q8_0)
+  m = 0.0;
+  for (uint k = 0; k < 8; ++k) q[k] = BLOCK_WORD(1 + 2 * k);
+#else
+#if defined(WTYPE_Q4_0)
+  m = -8.0 * d;
+  const uint qs = 1, qh = 0;
+#elif defined(WTYPE_Q4_1)
+  m = BLOCK_HALF(1);
+  const uint qs = 2, qh = 0;
+#elif defined(WTYPE_Q5_0)
+  m = -16.0 * d;
+  const uint qs = 3, qh = BLOCK_WORD(1);
+#elif defined(WTYPE_Q5_1)
+  m = BLOCK_HALF(1);
+  const uint qs = 4, qh = BLOCK_WORD(2);
+#endif
+  for (uint k = 0; k < 4; ++k) {
+    const uint v = BLOCK_WORD(qs + 2 * k);
+    q[k] = (v & 0x0f0f0f0fu) | spread_bits((qh >> (4 * k)) & 15u);
+    q[k + 4] = ((v >> 4) & 0x0f0f0f0fu) | spread_bits((qh >> (16 + 4 * k)) & 15u);
+  }
+#endif
+}
+
 #endif
