@@ -72,15 +72,20 @@ const uint BLOCK_BYTES = 24;
 #define BLOCK_HALF(j) unpackHalf2x16(odd ? WIN_HALF((j) + 1u) : WIN_HALF(j)).x
 #define BLOCK_WORD(j) (odd ? WIN_WORD((j) + 1u) : WIN_WORD(j))
 
-// The 32 weights of block `blk`, dequantized.
-void load_block(uint blk, out float w[32]) {
-  const bool odd = (blk & 2u) != 0u;
+// The words that hold block `blk`; those past its end stay 0 and are never read from memory.
+void load_window(uint blk, out uint W[BLOCK_WINDOW]) {
   const uint first = blk >> 2, words = (blk % 4u + BLOCK_BYTES + 3u) / 4u;
-  uint W[BLOCK_WINDOW];
   for (uint i = 0; i < BLOCK_WINDOW; ++i) {
     W[i] = 0u;
     if (i < words) W[i] = wq[first + i];  // a branch, not a select: never read past the block
   }
+}
+
+// The 32 weights of block `blk`, dequantized.
+void load_block(uint blk, out float w[32]) {
+  const bool odd = (blk & 2u) != 0u;
+  uint W[BLOCK_WINDOW];
+  load_window(blk, W);
 #if defined(WTYPE_Q8_0)
   const float d = BLOCK_HALF(0);
   for (uint k = 0; k < 8; ++k) {
@@ -123,12 +128,8 @@ uint spread_bits(uint x) {
 
 void load_block_ints(uint blk, out uint q[8], out float d, out float m) {
   const bool odd = (blk & 2u) != 0u;
-  const uint first = blk >> 2, words = (blk % 4u + BLOCK_BYTES + 3u) / 4u;
   uint W[BLOCK_WINDOW];
-  for (uint i = 0; i < BLOCK_WINDOW; ++i) {
-    W[i] = 0u;
-    if (i < words) W[i] = wq[first + i];
-  }
+  load_window(blk, W);
   d = BLOCK_HALF(0);
 #if defined(WTYPE_Q8_0)
   m = 0.0;
