@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/kquants.h"
 
 namespace ps {
 namespace {
@@ -262,6 +263,18 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       return dequantize_q5_1(blocks<BlockQ5_1>(src), dst, nb);
     case DType::Q8_0:
       return dequantize_q8_0(blocks<BlockQ8_0>(src), dst, nb);
+    case DType::Q2_K:
+      return kquants::dequantize_q2_k(blocks<BlockQ2_K>(src), dst, nb);
+    case DType::Q3_K:
+      return kquants::dequantize_q3_k(blocks<BlockQ3_K>(src), dst, nb);
+    case DType::Q4_K:
+      return kquants::dequantize_q4_k(blocks<BlockQ4_K>(src), dst, nb);
+    case DType::Q5_K:
+      return kquants::dequantize_q5_k(blocks<BlockQ5_K>(src), dst, nb);
+    case DType::Q6_K:
+      return kquants::dequantize_q6_k(blocks<BlockQ6_K>(src), dst, nb);
+    case DType::Q8_K:
+      return kquants::dequantize_q8_k(blocks<BlockQ8_K>(src), dst, nb);
     default:
       throw Error("dequantize: dtype " + std::string(dtype_name(t)) + " is not supported");
   }

@@ -91,8 +91,53 @@ struct BlockQ8_0 {
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 
+// The k-quants: super-blocks of QK_K elements in 16 or 8 sub-blocks with their own scales.
+inline constexpr int QK_K = 256, K_SCALE_SIZE = 12;
+
+// 16 sub-blocks of 16: w = d * (scales & 15) * q - dmin * (scales >> 4), q in 0..3.
+struct BlockQ2_K {
+  uint8_t scales[QK_K / 16];  // low nibble: scale, high nibble: min, of each sub-block
+  uint8_t qs[QK_K / 4];       // 2 bits each: byte l of a 32-byte group holds 4 elements, 32 apart
+  uint16_t d, dmin;
+};
+// 16 sub-blocks of 16: w = d * (scale - 32) * (q - 4 * !hbit), q in 0..3, 6-bit scales.
+struct BlockQ3_K {
+  uint8_t hmask[QK_K / 8];  // bit b of byte l: the high bit of element 32 b + l
+  uint8_t qs[QK_K / 4];     // low 2 bits, laid out as in Q2_K
+  uint8_t scales[12];       // 16 scales of 6 bits: low nibbles in bytes 0-7, high pairs in 8-11
+  uint16_t d;
+};
+// 8 sub-blocks of 32: w = d * scale * q - dmin * min, q in 0..15, 6-bit scales and mins.
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];  // 8 scales and 8 mins of 6 bits (see get_scale_min_k4)
+  uint8_t qs[QK_K / 2];          // a 32-byte group holds two sub-blocks: low nibbles, then high
+};
+// As Q4_K with a fifth bit per element: bit b of qh[l] is the high bit of element 32 b + l.
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+// 16 sub-blocks of 16: w = d * scale * (q - 32), q in 0..63 (4 low bits in ql, 2 in qh).
+struct BlockQ6_K {
+  uint8_t ql[QK_K / 2];
+  uint8_t qh[QK_K / 4];
+  int8_t scales[QK_K / 16];
+  uint16_t d;
+};
+// Activations for k-quant dot products: w = d * q, with the sums of each 16 q.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];
+};
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+
 // Conversions between a row of F32 values and a row of type t (n a multiple of its block).
-// Supported for every computable type.
+// Supported for every computable type; dequantization also for the k-quants.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

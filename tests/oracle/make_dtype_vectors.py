@@ -13,6 +13,12 @@ min/max types), an all-zero block, positive-only and negative-only blocks, equal
 scaling. The last row holds type-specific values: for F16 / BF16 infinities, NaN, overflow,
 subnormals and round-to-even halfway points; for block types log-uniform magnitudes.
 
+For each k-quant type T of Q2_K .. Q6_K (the gguf package dequantizes them but does not
+quantize) the file holds 7 rows of 2 super-blocks of random bytes, their fp16 scales set to
+finite values of mixed magnitudes:
+  q.T    the blocks, stored as type T
+  ref.T  gguf.quants.dequantize(q.T, T), stored as F32
+
 Usage: make_dtype_vectors.py --out dtype_vectors.gguf [--seed N]
 """
 
@@ -29,6 +35,10 @@ from gguf import GGMLQuantizationType as QT
 TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 ROWS, BLOCK, BLOCKS = 7, 32, 5
 COLS = BLOCK * BLOCKS
+# k-quant type: (bytes per 256-element block, byte offsets of its fp16 scale fields)
+K_TYPES = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2)),
+           "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+K_BLOCKS = 2
 
 
 def common_rows(rng: np.random.Generator) -> np.ndarray:
@@ -88,6 +98,15 @@ def special_row(qtype: str, rng: np.random.Generator) -> np.ndarray:
     return (mag * rng.choice([-1.0, 1.0], COLS)).astype(np.float32)
 
 
+def random_k_blocks(name: str, rng: np.random.Generator) -> np.ndarray:
+    size, scale_fields = K_TYPES[name]
+    q = rng.integers(0, 256, (ROWS, K_BLOCKS, size), dtype=np.uint8)
+    for off in scale_fields:
+        scale = rng.standard_normal((ROWS, K_BLOCKS)) * 10.0 ** rng.uniform(-5, 1, (ROWS, K_BLOCKS))
+        q[:, :, off:off + 2] = scale.astype(np.float16).view(np.uint8).reshape(ROWS, K_BLOCKS, 2)
+    return q.reshape(ROWS, K_BLOCKS * size)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -110,11 +129,18 @@ def main() -> int:
         else:
             writer.add_tensor(f"q.{name}", q, raw_dtype=qtype)
         writer.add_tensor(f"ref.{name}", ref.reshape(ROWS, COLS))
+    writer.add_string("polystack.dtype_vectors.dequantize_only_types", " ".join(K_TYPES))
+    for name in K_TYPES:
+        q = random_k_blocks(name, rng)
+        ref = gguf.quants.dequantize(q, QT[name]).astype(np.float32)
+        writer.add_tensor(f"q.{name}", q, raw_dtype=QT[name])
+        writer.add_tensor(f"ref.{name}", ref.reshape(ROWS, K_BLOCKS * 256))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    print(f"wrote {a.out}: {', '.join(TYPES)}; {ROWS} x {COLS} each")
+    print(f"wrote {a.out}: {', '.join(TYPES)}; {ROWS} x {COLS} each; "
+          f"{', '.join(K_TYPES)}: {ROWS} x {K_BLOCKS * 256} each")
     return 0
 
 

@@ -1,0 +1,41 @@
+#pragma once
+// The k-quant block codecs behind dequantize_row / quantize_row (core/dtype.h).
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ps::kquants {
+
+void dequantize_q2_k(const BlockQ2_K* x, float* y, int64_t nb);
+void dequantize_q3_k(const BlockQ3_K* x, float* y, int64_t nb);
+void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nb);
+void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nb);
+void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);
+void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t nb);
+
+// Scale and min j (0..7) of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes. Bytes 0-3
+// hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales and mins 4-7 take their
+// low 4 bits from bytes 8-11 (scale: low nibble, min: high nibble) and their top 2 bits from the
+// top bits of bytes 0-3 (scales) and 4-7 (mins).
+inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *min = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// The 16 scales of a Q3_K block, 6 bits each, as stored (subtract 32 for the signed value):
+// scale j has its low 4 bits in byte j % 8 (low nibble for j < 8, high nibble after) and its
+// top 2 bits in byte 8 + j % 4, at bit 2 * (j / 4).
+inline void unpack_q3_k_scales(const uint8_t* s, uint8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = (s[j % 8] >> (4 * (j / 8))) & 0xF;
+    const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = uint8_t(low | (high << 4));
+  }
+}
+
+}  // namespace ps::kquants
