@@ -306,6 +306,14 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
     case DType::Q8_0:
       return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::Q4_K:
+      return kquants::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
+    case DType::Q5_K:
+      return kquants::quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
+    case DType::Q6_K:
+      return kquants::quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+    case DType::Q8_K:
+      return kquants::quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
     default:
       throw Error("quantize: dtype " + std::string(dtype_name(t)) + " is not supported");
   }

@@ -13,6 +13,11 @@ void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nb);
 void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);
 void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t nb);
 
+void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb);
+void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nb);
+void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb);
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb);
+
 // Scale and min j (0..7) of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes. Bytes 0-3
 // hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales and mins 4-7 take their
 // low 4 bits from bytes 8-11 (scale: low nibble, min: high nibble) and their top 2 bits from the

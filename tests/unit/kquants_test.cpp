@@ -1,0 +1,106 @@
+// k-quant quantizers: what quantize -> dequantize loses, per type, on data of several shapes.
+// (Dequantization is checked bit for bit against the gguf package in dtype_oracle_test.cpp;
+// the quantizers follow llama.cpp's reference ones, which the package does not provide.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ps {
+namespace {
+
+// Rows of `blocks` super-blocks drawn from one of several distributions: Gaussian, offset
+// uniform (all positive), log-uniform magnitudes, small values with outliers, and rows where
+// every third super-block, from the second on, is zero.
+std::vector<float> sample(int dist, int blocks, std::mt19937& rng) {
+  std::vector<float> x(size_t(blocks) * QK_K);
+  std::normal_distribution<float> nd(0, 1);
+  std::uniform_real_distribution<float> ud(-1, 1);
+  for (size_t i = 0; i < x.size(); ++i) {
+    switch (dist) {
+      case 0:
+        x[i] = nd(rng);
+        break;
+      case 1:
+        x[i] = ud(rng) + 1.5f;
+        break;
+      case 2:
+        x[i] = nd(rng) * std::pow(10.f, 2 * ud(rng));
+        break;
+      case 3:
+        x[i] = i % 53 == 0 ? 30.f : 0.05f * nd(rng);
+        break;
+      default:
+        x[i] = (i / QK_K) % 3 == 1 ? 0.f : nd(rng);
+        break;
+    }
+  }
+  return x;
+}
+
+double relative_rmse(DType t, const std::vector<float>& x) {
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> q(row_bytes(t, n), 0xA5);
+  std::vector<float> y(x.size());
+  quantize_row(t, x.data(), q.data(), n);
+  dequantize_row(t, q.data(), y.data(), n);
+  double se = 0, sx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    se += double(x[i] - y[i]) * (x[i] - y[i]);
+    sx += double(x[i]) * x[i];
+    if (x[i] == 0.f && (i / QK_K) % 3 == 1) {
+      EXPECT_EQ(y[i], 0.f) << dtype_name(t) << ": a zero super-block";
+    }
+  }
+  return std::sqrt(se / sx);
+}
+
+TEST(KQuants, RoundTripErrorShrinksWithEveryBitAndStaysWithinTheFormatsBound) {
+  // Bounds on the relative RMS error: a uniform b-bit grid over a sub-block's range loses about
+  // range / (2^b - 1) / sqrt(12); the 6-bit scales and mins and one super-block scale add to it.
+  const struct {
+    DType type;
+    double bound;
+  } types[] = {
+      {DType::Q4_K, 0.12}, {DType::Q5_K, 0.065}, {DType::Q6_K, 0.035}, {DType::Q8_K, 0.02}};
+  std::mt19937 rng(11);
+  for (int dist = 0; dist < 5; ++dist) {
+    for (int blocks : {1, 3, 7}) {
+      const std::vector<float> x = sample(dist, blocks, rng);
+      double previous = 1e9;
+      for (const auto& t : types) {
+        const double e = relative_rmse(t.type, x);
+        EXPECT_LE(e, t.bound) << dtype_name(t.type) << " dist " << dist << " blocks " << blocks;
+        EXPECT_GT(e, 0.0) << dtype_name(t.type);
+        // Each extra bit of the weight types must help, except with outliers (dist 3), where the
+        // 6-bit sub-block scales, not the bits per weight, limit Q4_K and Q5_K alike. Q8_K (one
+        // scale per 256, for activations) is not compared: an outlier takes all its range.
+        if (t.type != DType::Q8_K && dist != 3) {
+          EXPECT_LT(e, previous) << dtype_name(t.type) << " is no better than the type before"
+                                 << " it, dist " << dist << " blocks " << blocks;
+          previous = e;
+        }
+      }
+    }
+  }
+}
+
+TEST(KQuants, Q8KKeepsTheSumsOfEach16) {
+  std::mt19937 rng(5);
+  const std::vector<float> x = sample(0, 3, rng);
+  std::vector<BlockQ8_K> q(3);
+  quantize_row(DType::Q8_K, x.data(), q.data(), int64_t(x.size()));
+  for (const BlockQ8_K& b : q)
+    for (int j = 0; j < QK_K / 16; ++j) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += b.qs[16 * j + l];
+      EXPECT_EQ(b.bsums[j], sum);
+    }
+}
+
+}  // namespace
+}  // namespace ps
