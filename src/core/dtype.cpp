@@ -306,6 +306,10 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
     case DType::Q8_0:
       return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::Q2_K:
+      return kquants::quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), nb);
+    case DType::Q3_K:
+      return kquants::quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), nb);
     case DType::Q4_K:
       return kquants::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::Q5_K:

@@ -216,6 +216,72 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
+// Q3_K's symmetric fit: levels L - nmax in -nmax..nmax-1 for scale * (L - nmax); with
+// do_rmse, up to 5 passes move single levels while that raises (sum w x l)^2 / (sum w l^2),
+// weights x^2. Returns the scale.
+float make_q3_quants(int n, int nmax, const float* x, int8_t* L, bool do_rmse) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::memset(L, 0, size_t(n));
+    return 0.f;
+  }
+  const float iscale = -nmax / max;
+  if (!do_rmse) {
+    for (int i = 0; i < n; ++i)
+      L[i] = int8_t(std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1) + nmax);
+    return 1 / iscale;
+  }
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = int8_t(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * L[i];
+      if (slx > 0) {
+        float sl2 = suml2 - w * L[i] * L[i];
+        const int new_l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+        if (new_l != L[i]) {
+          slx += w * x[i] * new_l;
+          sl2 += w * new_l * new_l;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = int8_t(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = int8_t(L[i] + nmax);
+  return sumlx / suml2;
+}
+
+// Q2_K and Q3_K: 2-bit levels of four 32-element runs share a byte (element 128 g + 32 p + l in
+// bits 2p of qs[32 g + l]).
+void pack_2bit(const uint8_t* L, uint8_t* qs) {
+  for (int g = 0; g < QK_K / 128; ++g)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t* q = L + 128 * g + l;
+      qs[32 * g + l] = uint8_t(q[0] | (q[32] << 2) | (q[64] << 4) | (q[96] << 6));
+    }
+}
+
 // Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; the weights of the fit are
 // the sub-block's RMS plus each value's magnitude. Returns the element levels in L.
 template <typename Block>
@@ -263,6 +329,86 @@ void quantize_k4_scales(const float* x, Block& y, uint8_t* L, int nmax, float rm
 }
 
 }  // namespace
+
+void quantize_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
+  constexpr float q4scale = 15.f;
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    uint8_t L[QK_K], Laux[16];
+    float weights[16], mins[QK_K / 16], scales[QK_K / 16];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < QK_K / 16; ++j) {
+      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+      scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f,
+                                   0.1f, 15, true);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    std::memset(y[i].scales, 0, sizeof(y[i].scales));
+    y[i].d = 0;
+    y[i].dmin = 0;
+    if (max_scale > 0) {
+      const float iscale = q4scale / max_scale;
+      for (int j = 0; j < QK_K / 16; ++j) y[i].scales[j] = uint8_t(nearest_int(iscale * scales[j]));
+      y[i].d = f32_to_fp16(max_scale / q4scale);
+    }
+    if (max_min > 0) {
+      const float iscale = q4scale / max_min;
+      for (int j = 0; j < QK_K / 16; ++j)
+        y[i].scales[j] |= uint8_t(nearest_int(iscale * mins[j]) << 4);
+      y[i].dmin = f32_to_fp16(max_min / q4scale);
+    }
+    for (int j = 0; j < QK_K / 16; ++j) {
+      const float d = fp16_to_f32(y[i].d) * (y[i].scales[j] & 0xF);
+      if (!d) continue;
+      const float dm = fp16_to_f32(y[i].dmin) * (y[i].scales[j] >> 4);
+      for (int ii = 0; ii < 16; ++ii)
+        L[16 * j + ii] = uint8_t(std::clamp(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
+    }
+    pack_2bit(L, y[i].qs);
+  }
+}
+
+void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < QK_K / 16; ++j) {
+      scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j, true);
+      if (std::fabs(scales[j]) > amax) {
+        amax = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    std::memset(y[i].scales, 0, sizeof(y[i].scales));
+    y[i].d = 0;
+    if (max_scale) {
+      const float iscale = -32.f / max_scale;
+      for (int j = 0; j < QK_K / 16; ++j) {
+        const int l = std::clamp(nearest_int(iscale * scales[j]), -32, 31) + 32;
+        y[i].scales[j % 8] |= uint8_t((l & 0xF) << (4 * (j / 8)));
+        y[i].scales[8 + j % 4] |= uint8_t((l >> 4) << (2 * (j / 4)));
+      }
+      y[i].d = f32_to_fp16(1 / iscale);
+    }
+    uint8_t sc[16];
+    unpack_q3_k_scales(y[i].scales, sc);
+    for (int j = 0; j < QK_K / 16; ++j) {
+      const float d = fp16_to_f32(y[i].d) * float(int(sc[j]) - 32);
+      if (!d) continue;
+      for (int ii = 0; ii < 16; ++ii)
+        L[16 * j + ii] = int8_t(std::clamp(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+    }
+    // The high bit of each level into hmask (element e: byte e % 32, bit e / 32), 2 bits to qs.
+    std::memset(y[i].hmask, 0, sizeof(y[i].hmask));
+    uint8_t low[QK_K];
+    for (int e = 0; e < QK_K; ++e) {
+      if (L[e] > 3) y[i].hmask[e % 32] |= uint8_t(1u << (e / 32));
+      low[e] = uint8_t(L[e] > 3 ? L[e] - 4 : L[e]);
+    }
+    pack_2bit(low, y[i].qs);
+  }
+}
 
 void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {

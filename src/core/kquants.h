@@ -13,6 +13,8 @@ void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nb);
 void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);
 void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t nb);
 
+void quantize_q2_k(const float* x, BlockQ2_K* y, int64_t nb);
+void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb);
 void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb);
 void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nb);
 void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb);

@@ -65,8 +65,8 @@ TEST(KQuants, RoundTripErrorShrinksWithEveryBitAndStaysWithinTheFormatsBound) {
   const struct {
     DType type;
     double bound;
-  } types[] = {
-      {DType::Q4_K, 0.12}, {DType::Q5_K, 0.065}, {DType::Q6_K, 0.035}, {DType::Q8_K, 0.02}};
+  } types[] = {{DType::Q2_K, 0.6},   {DType::Q3_K, 0.22},  {DType::Q4_K, 0.12},
+               {DType::Q5_K, 0.065}, {DType::Q6_K, 0.035}, {DType::Q8_K, 0.02}};
   std::mt19937 rng(11);
   for (int dist = 0; dist < 5; ++dist) {
     for (int blocks : {1, 3, 7}) {
@@ -77,7 +77,7 @@ TEST(KQuants, RoundTripErrorShrinksWithEveryBitAndStaysWithinTheFormatsBound) {
         EXPECT_LE(e, t.bound) << dtype_name(t.type) << " dist " << dist << " blocks " << blocks;
         EXPECT_GT(e, 0.0) << dtype_name(t.type);
         // Each extra bit of the weight types must help, except with outliers (dist 3), where the
-        // 6-bit sub-block scales, not the bits per weight, limit Q4_K and Q5_K alike. Q8_K (one
+        // sub-block scales, not the bits per weight, limit Q4_K and Q5_K alike. Q8_K (one
         // scale per 256, for activations) is not compared: an outlier takes all its range.
         if (t.type != DType::Q8_K && dist != 3) {
           EXPECT_LT(e, previous) << dtype_name(t.type) << " is no better than the type before"
