@@ -137,7 +137,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 
 // Conversions between a row of F32 values and a row of type t (n a multiple of its block).
-// Supported for every computable type; dequantization also for the k-quants.
+// Supported for every computable type and Q8_K (the k-quants' activation type).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

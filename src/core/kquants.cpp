@@ -13,86 +13,101 @@
 
 namespace ps::kquants {
 
-void dequantize_q2_k(const BlockQ2_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_f32(x[i].d), dmin = fp16_to_f32(x[i].dmin);
-    // Sub-block s (16 elements) is group s / 8 (128 elements, 32 bytes of qs), bit pair
-    // (s % 8) / 2, bytes 16 * (s % 2) .. + 15 of the group.
-    for (int s = 0; s < QK_K / 16; ++s) {
-      const uint8_t* q = x[i].qs + 32 * (s / 8) + 16 * (s % 2);
-      const int shift = 2 * ((s % 8) / 2);
-      const float dl = d * float(x[i].scales[s] & 0xF), ml = dmin * float(x[i].scales[s] >> 4);
-      for (int l = 0; l < 16; ++l) *y++ = dl * float((q[l] >> shift) & 3) - ml;
-    }
+void levels(const BlockQ2_K& x, KLevels& out) {
+  const float d = fp16_to_f32(x.d), dmin = fp16_to_f32(x.dmin);
+  out.subs = 16;
+  // Sub-block s (16 elements) is group s / 8 (128 elements, 32 bytes of qs), bit pair
+  // (s % 8) / 2, bytes 16 * (s % 2) .. + 15 of the group.
+  for (int s = 0; s < 16; ++s) {
+    const uint8_t* q = x.qs + 32 * (s / 8) + 16 * (s % 2);
+    const int shift = 2 * ((s % 8) / 2);
+    out.scale[s] = d * float(x.scales[s] & 0xF);
+    out.min[s] = dmin * float(x.scales[s] >> 4);
+    for (int l = 0; l < 16; ++l) out.q[16 * s + l] = int8_t((q[l] >> shift) & 3);
   }
 }
 
-void dequantize_q3_k(const BlockQ3_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_f32(x[i].d);
-    uint8_t scales[16];
-    unpack_q3_k_scales(x[i].scales, scales);
-    // As Q2_K; the high bit of element e of group g comes from hmask bit 4 g + pair.
-    for (int s = 0; s < QK_K / 16; ++s) {
-      const int g = s / 8, pair = (s % 8) / 2, off = 16 * (s % 2);
-      const uint8_t* q = x[i].qs + 32 * g + off;
-      const uint8_t* hm = x[i].hmask + off;
-      const uint8_t bit = uint8_t(1u << (4 * g + pair));
-      const float dl = d * float(int(scales[s]) - 32);
-      for (int l = 0; l < 16; ++l) {
-        const int v = int((q[l] >> (2 * pair)) & 3) - ((hm[l] & bit) ? 0 : 4);
-        *y++ = dl * float(v);
-      }
-    }
+void levels(const BlockQ3_K& x, KLevels& out) {
+  const float d = fp16_to_f32(x.d);
+  uint8_t scales[16];
+  unpack_q3_k_scales(x.scales, scales);
+  out.subs = 16;
+  // As Q2_K; the high bit of element e of group g comes from hmask bit 4 g + pair.
+  for (int s = 0; s < 16; ++s) {
+    const int g = s / 8, pair = (s % 8) / 2, off = 16 * (s % 2);
+    const uint8_t* q = x.qs + 32 * g + off;
+    const uint8_t* hm = x.hmask + off;
+    const uint8_t bit = uint8_t(1u << (4 * g + pair));
+    out.scale[s] = d * float(int(scales[s]) - 32);
+    out.min[s] = 0.f;
+    for (int l = 0; l < 16; ++l)
+      out.q[16 * s + l] = int8_t(int((q[l] >> (2 * pair)) & 3) - ((hm[l] & bit) ? 0 : 4));
   }
 }
 
 namespace {
 // Q4_K and Q5_K: sub-block j (32 elements) is the low (j even) or high nibbles of qs bytes
-// 32 (j / 2) .. + 31; with_high: the fifth bit from qh bit j.
-template <typename Block, bool with_high>
-void dequantize_k4(const Block* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_f32(x[i].d), dmin = fp16_to_f32(x[i].dmin);
-    for (int j = 0; j < QK_K / 32; ++j) {
-      uint8_t sc, m;
-      get_scale_min_k4(j, x[i].scales, &sc, &m);
-      const float dl = d * float(sc), ml = dmin * float(m);
-      const uint8_t* q = x[i].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) {
-        int v = (q[l] >> shift) & 0xF;
-        if constexpr (with_high) v |= ((x[i].qh[l] >> j) & 1) << 4;
-        *y++ = dl * float(v) - ml;
-      }
+// 32 (j / 2) .. + 31; with qh, the fifth bit from qh bit j.
+void levels_k4(uint16_t d16, uint16_t dmin16, const uint8_t* scales, const uint8_t* qs,
+               const uint8_t* qh, KLevels& out) {
+  const float d = fp16_to_f32(d16), dmin = fp16_to_f32(dmin16);
+  out.subs = 8;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    get_scale_min_k4(j, scales, &sc, &m);
+    out.scale[j] = d * float(sc);
+    out.min[j] = dmin * float(m);
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int l = 0; l < 32; ++l) {
+      int v = (q[l] >> shift) & 0xF;
+      if (qh) v |= ((qh[l] >> j) & 1) << 4;
+      out.q[32 * j + l] = int8_t(v);
     }
   }
 }
 }  // namespace
 
-void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
-  dequantize_k4<BlockQ4_K, false>(x, y, nb);
+void levels(const BlockQ4_K& x, KLevels& out) {
+  levels_k4(x.d, x.dmin, x.scales, x.qs, nullptr, out);
 }
 
-void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nb) {
-  dequantize_k4<BlockQ5_K, true>(x, y, nb);
-}
+void levels(const BlockQ5_K& x, KLevels& out) { levels_k4(x.d, x.dmin, x.scales, x.qs, x.qh, out); }
 
-void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_f32(x[i].d);
-    // Element e = 128 h + 32 k + l (h half, k quarter): low 4 bits from ql byte 64 h + l + 32
-    // (k % 2), nibble k / 2; top 2 bits from qh byte 32 h + l, bits 2k; scale 8 h + 2 k + l / 16.
-    for (int e = 0; e < QK_K; ++e) {
-      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
-      const int lo = (x[i].ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
-      const int hi = (x[i].qh[32 * h + l] >> (2 * k)) & 3;
-      const float dl = d * float(x[i].scales[8 * h + 2 * k + l / 16]);
-      y[e] = dl * float((lo | (hi << 4)) - 32);
-    }
-    y += QK_K;
+void levels(const BlockQ6_K& x, KLevels& out) {
+  const float d = fp16_to_f32(x.d);
+  out.subs = 16;
+  for (int s = 0; s < 16; ++s) {
+    out.scale[s] = d * float(x.scales[s]);
+    out.min[s] = 0.f;
+  }
+  // Element e = 128 h + 32 k + l (h half, k quarter): low 4 bits from ql byte 64 h + l + 32
+  // (k % 2), nibble k / 2; top 2 bits from qh byte 32 h + l, bits 2k.
+  for (int e = 0; e < QK_K; ++e) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int lo = (x.ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
+    const int hi = (x.qh[32 * h + l] >> (2 * k)) & 3;
+    out.q[e] = int8_t((lo | (hi << 4)) - 32);
   }
 }
+
+namespace {
+template <typename Block>
+void dequantize_levels(const Block* x, float* y, int64_t nb) {
+  KLevels L;
+  for (int64_t i = 0; i < nb; ++i) {
+    levels(x[i], L);
+    const int size = QK_K / L.subs;
+    for (int e = 0; e < QK_K; ++e) *y++ = L.scale[e / size] * float(L.q[e]) - L.min[e / size];
+  }
+}
+}  // namespace
+
+void dequantize_q2_k(const BlockQ2_K* x, float* y, int64_t nb) { dequantize_levels(x, y, nb); }
+void dequantize_q3_k(const BlockQ3_K* x, float* y, int64_t nb) { dequantize_levels(x, y, nb); }
+void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nb) { dequantize_levels(x, y, nb); }
+void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nb) { dequantize_levels(x, y, nb); }
+void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb) { dequantize_levels(x, y, nb); }
 
 void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i)
@@ -105,8 +120,10 @@ namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;  // below this a group's largest magnitude counts as 0
 
-// Round to nearest, ties to even, for |v| < 2^22 (the reference's float trick).
-int nearest_int(float v) { return int(std::nearbyint(v)); }
+// Round to nearest, ties to even (what the reference's float trick does for |v| < 2^22). The
+// values here are levels, far below that; NaN and infinities (from non-finite input) give 0
+// rather than an undefined conversion.
+int nearest_int(float v) { return std::fabs(v) < 4194304.f ? int(std::nearbyint(v)) : 0; }
 
 // Scale and offset for n values with weights w, as d * L - min with L in 0..nmax: a first
 // guess from the range, then nstep more scales around it (rmin + rdelta * step added to nmax),

@@ -6,6 +6,21 @@
 
 namespace ps::kquants {
 
+// A k-quant super-block as integer levels and one affine map per sub-block: element e of
+// sub-block s = e / (QK_K / subs) is scale[s] * q[e] - min[s], computed in that order (the
+// reference's), so dequantization is bit-exact. Dot products use the same form.
+struct KLevels {
+  int8_t q[QK_K];
+  float scale[16];
+  float min[16];
+  int subs;  // 16 sub-blocks of 16 or 8 of 32
+};
+void levels(const BlockQ2_K& x, KLevels& out);
+void levels(const BlockQ3_K& x, KLevels& out);
+void levels(const BlockQ4_K& x, KLevels& out);
+void levels(const BlockQ5_K& x, KLevels& out);
+void levels(const BlockQ6_K& x, KLevels& out);
+
 void dequantize_q2_k(const BlockQ2_K* x, float* y, int64_t nb);
 void dequantize_q3_k(const BlockQ3_K* x, float* y, int64_t nb);
 void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nb);

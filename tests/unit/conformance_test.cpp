@@ -128,11 +128,34 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       }
     }
   }
+  // The k-quants: super-blocks of 256.
+  const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  for (DType t : kquant_types) {
+    for (int64_t k : {256, 256 * 3}) {
+      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
+        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                              [=](Case& c, std::mt19937& rng) {
+                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                c.out = c.graph.matmul(w, x);
+                                c.tolerance = 2e-2;
+                              });
+      }
+    }
+  }
   for (DType t : weight_types) {
     builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
                           [=](Case& c, std::mt19937& rng) {
                             const int64_t width = block_size(t) > 1 ? 64 : 37;
                             Tensor* table = random_leaf(c, "table", t, {width, 11, 1, 1}, rng);
+                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            c.out = c.graph.get_rows(table, ids);
+                          });
+  }
+  for (DType t : kquant_types) {
+    builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* table = random_leaf(c, "table", t, {512, 11, 1, 1}, rng);
                             Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
                             c.out = c.graph.get_rows(table, ids);
                           });

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/vec_dot.h"
 #include "core/dtype.h"
 
 namespace ps {
@@ -100,6 +101,36 @@ TEST(KQuants, Q8KKeepsTheSumsOfEach16) {
       for (int l = 0; l < 16; ++l) sum += b.qs[16 * j + l];
       EXPECT_EQ(b.bsums[j], sum);
     }
+}
+
+// The CPU's k-quant dot products against the same sum over dequantized weights and
+// dequantized Q8_K activations in double: only the float rounding of the scale products may
+// differ. And against the unquantized activations, within what Q8_K loses.
+TEST(KQuants, CpuDotProductsMatchDequantizedWeights) {
+  std::mt19937 rng(17);
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const cpu::DotKernel& k = cpu::dot_kernel(t, IsaLevel::Scalar);
+    ASSERT_EQ(k.act_type, DType::Q8_K);
+    for (int blocks : {1, 3, 5}) {
+      const int64_t n = int64_t(blocks) * QK_K;
+      const std::vector<float> w = sample(2, blocks, rng), x = sample(0, blocks, rng);
+      std::vector<uint8_t> wq(row_bytes(t, n)), xq(row_bytes(DType::Q8_K, n));
+      quantize_row(t, w.data(), wq.data(), n);
+      k.act_from_f32(x.data(), xq.data(), n);
+      std::vector<float> wd(w.size()), xd(x.size());
+      dequantize_row(t, wq.data(), wd.data(), n);
+      dequantize_row(DType::Q8_K, xq.data(), xd.data(), n);
+      double want = 0, exact = 0, scale = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        want += double(wd[i]) * xd[i];
+        exact += double(wd[i]) * x[i];
+        scale += std::fabs(double(wd[i]) * x[i]);
+      }
+      const double got = k.dot(n, wq.data(), xq.data());
+      EXPECT_NEAR(got, want, 1e-5 * scale) << dtype_name(t) << " blocks " << blocks;
+      EXPECT_NEAR(got, exact, 1e-2 * scale) << dtype_name(t) << " blocks " << blocks;
+    }
+  }
 }
 
 }  // namespace

@@ -459,7 +459,13 @@ TEST(VecDotDispatch, PicksTheHighestLevelAtOrBelowTheRequest) {
       EXPECT_EQ(ps::cpu::dot_kernel(t, l).act_type, want);
     }
   }
-  EXPECT_THROW(ps::cpu::dot_kernel(DType::Q2_K, best), ps::BackendError);
+  // The k-quants have scalar kernels only: every level hands out those, with Q8_K activations.
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (IsaLevel l : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512}) {
+      EXPECT_EQ(&ps::cpu::dot_kernel(t, l), ps::cpu::dot_kernel_scalar(t));
+      EXPECT_EQ(ps::cpu::dot_kernel(t, l).act_type, DType::Q8_K);
+    }
+  EXPECT_THROW(ps::cpu::dot_kernel(DType::IQ2_XXS, best), ps::BackendError);
   EXPECT_THROW(ps::cpu::dot_kernel(DType::I32, IsaLevel::Scalar), ps::BackendError);
 }
 

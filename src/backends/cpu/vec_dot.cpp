@@ -185,7 +185,7 @@ const DotKernel* dot_kernel_scalar(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
-      return nullptr;
+      return dot_kernel_kquants(w);
   }
 }
 

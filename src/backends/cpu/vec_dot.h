@@ -12,6 +12,8 @@
 // through this list: a macro rather than a shared inline function, so no code compiled for one
 // ISA level is linked into another.
 #define POLYSTACK_CPU_WEIGHT_TYPES(X) X(F32) X(F16) X(BF16) X(Q8_0) X(Q4_0) X(Q5_0) X(Q4_1) X(Q5_1)
+// The k-quants, with scalar kernels only so far (vec_dot_kquants.cpp).
+#define POLYSTACK_CPU_KQUANT_TYPES(X) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K)
 #define POLYSTACK_CPU_KERNEL_CASE(T) \
   case DType::T:                     \
     return &k##T;
@@ -36,7 +38,7 @@ using ActFromF32Fn = void (*)(const float* x, void* dst, int64_t n);
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
 
 struct DotKernel {
-  DType act_type;  // F32, Q8_0 or Q8_1
+  DType act_type;  // F32, Q8_0, Q8_1 or Q8_K
   ActFromF32Fn act_from_f32;
   VecDotFn dot;
   AxpyFn axpy = nullptr;  // float types only
@@ -52,6 +54,7 @@ const DotKernel& dot_kernel(DType w, IsaLevel isa);
 const DotKernel* dot_kernel_scalar(DType w);
 const DotKernel* dot_kernel_avx2(DType w);
 const DotKernel* dot_kernel_avx512(DType w);
+const DotKernel* dot_kernel_kquants(DType w);  // scalar; part of the scalar level
 
 // The F32 "conversion" (a copy), shared by every level's float-weight kernels.
 void act_copy_f32(const float* x, void* dst, int64_t n);

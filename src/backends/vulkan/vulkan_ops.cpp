@@ -53,6 +53,16 @@ const char* weight_suffix(DType t) {
       return "q5_0";
     case DType::Q5_1:
       return "q5_1";
+    case DType::Q2_K:
+      return "q2_k";
+    case DType::Q3_K:
+      return "q3_k";
+    case DType::Q4_K:
+      return "q4_k";
+    case DType::Q5_K:
+      return "q5_k";
+    case DType::Q6_K:
+      return "q6_k";
     default:
       return nullptr;
   }
@@ -217,7 +227,9 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.ne, p.a_nb, *a, 1);
       shape(p.b_ne, p.b_nb, x, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      if (lane_matmul_) {  // weight rows per lane of a subgroup-wide workgroup
+      // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants (see the
+      // shader list in src/CMakeLists.txt).
+      if (lane_matmul_ && dtype_info(a->type).block_size < 256) {
         const bool tile = x.ne[1] >= kLanesTileFrom;
         const uint32_t(&shape)[2] = tile ? kLanesTile : kLanesVec;
         dispatch(fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", weight_suffix(a->type)),

@@ -15,6 +15,48 @@ float load_weight(uint row, uint j) {
 #elif defined(WTYPE_BF16)
   const uint b = row + 2 * j;
   return uintBitsToFloat(((wq[b >> 2] >> ((b & 2u) * 8u)) & 0xffffu) << 16);
+#elif defined(WTYPE_Q2_K)
+  const uint blk = row + (j / 256u) * 84u, e = j % 256u, s = e / 16u;
+  const uint q = (byte_at(blk + 16u + 32u * (s / 8u) + 16u * (s % 2u) + e % 16u) >>
+                  (2u * ((s % 8u) / 2u))) & 3u;
+  const uint sc = byte_at(blk + s);
+  return half_at(blk + 80u) * float(sc & 15u) * float(q) - half_at(blk + 82u) * float(sc >> 4);
+#elif defined(WTYPE_Q3_K)
+  const uint blk = row + (j / 256u) * 110u, e = j % 256u, s = e / 16u;
+  const uint g = s / 8u, pair = (s % 8u) / 2u, l = 16u * (s % 2u) + e % 16u;
+  const uint low = (byte_at(blk + 96u + s % 8u) >> (4u * (s / 8u))) & 15u;
+  const uint high = (byte_at(blk + 104u + s % 4u) >> (2u * (s / 4u))) & 3u;
+  const int q = int((byte_at(blk + 32u + 32u * g + l) >> (2u * pair)) & 3u) -
+                (((byte_at(blk + l) >> (4u * g + pair)) & 1u) != 0u ? 0 : 4);
+  return half_at(blk + 108u) * float(int(low | (high << 4)) - 32) * float(q);
+#elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
+#if defined(WTYPE_Q4_K)
+  const uint blk = row + (j / 256u) * 144u, qs = 16u;
+#else
+  const uint blk = row + (j / 256u) * 176u, qs = 48u;
+#endif
+  const uint e = j % 256u, sub = e / 32u, l = e % 32u, sb = blk + 4u;
+  // get_scale_min_k4 (core/kquants.h)
+  uint sc, m;
+  if (sub < 4u) {
+    sc = byte_at(sb + sub) & 63u;
+    m = byte_at(sb + sub + 4u) & 63u;
+  } else {
+    sc = (byte_at(sb + sub + 4u) & 15u) | ((byte_at(sb + sub - 4u) >> 6) << 4);
+    m = (byte_at(sb + sub + 4u) >> 4) | ((byte_at(sb + sub) >> 6) << 4);
+  }
+  uint q = (byte_at(blk + qs + 32u * (sub / 2u) + l) >> (4u * (sub % 2u))) & 15u;
+#if defined(WTYPE_Q5_K)
+  q |= ((byte_at(blk + 16u + l) >> sub) & 1u) << 4;
+#endif
+  return half_at(blk) * float(sc) * float(q) - half_at(blk + 2u) * float(m);
+#elif defined(WTYPE_Q6_K)
+  const uint blk = row + (j / 256u) * 210u, e = j % 256u;
+  const uint h = e / 128u, k = (e % 128u) / 32u, l = e % 32u;
+  const uint lo = (byte_at(blk + 64u * h + l + 32u * (k % 2u)) >> (4u * (k / 2u))) & 15u;
+  const uint hi = (byte_at(blk + 128u + 32u * h + l) >> (2u * k)) & 3u;
+  const int sc = int(byte_at(blk + 192u + 8u * h + 2u * k + l / 16u) << 24) >> 24;
+  return half_at(blk + 208u) * float(sc) * float(int(lo | (hi << 4)) - 32);
 #else
   const uint i = j % 32u;
 #if defined(WTYPE_Q8_0)
@@ -44,7 +86,9 @@ float load_weight(uint row, uint j) {
 #endif
 }
 
-#if !defined(WTYPE_F32) && !defined(WTYPE_F16) && !defined(WTYPE_BF16)
+// Types of 32-element blocks, read whole by load_block (the k-quants go element by element).
+#if defined(WTYPE_Q8_0) || defined(WTYPE_Q4_0) || defined(WTYPE_Q4_1) || defined(WTYPE_Q5_0) || \
+    defined(WTYPE_Q5_1)
 #define WEIGHTS_QUANTIZED 1
 // Bytes of one block.
 #if defined(WTYPE_Q8_0)
