@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   actions["tokenize"] = ps::cli::add_tokenize(app);
   actions["bench"] = ps::cli::add_bench(app);
   actions["logits"] = ps::cli::add_logits(app);
+  actions["quantize"] = ps::cli::add_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

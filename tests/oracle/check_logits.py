@@ -12,6 +12,10 @@ Model sources (one of):
   --synthetic DTYPE            a random llama model written by scripts/make_llama_gguf.py into
                                a temporary folder (options --tied, --rope-scaling, ... shape it)
 
+--quantize TYPE first runs `polystack quantize MODEL q.gguf TYPE` and checks q.gguf instead;
+with --max-quant-err the reference logits of q.gguf must also stay that close to those of the
+original model (what the quantization itself may cost).
+
 --kv-cache names the type our KV cache stores (f16 by default, as in llama.cpp); the reference
 rounds K and V the same way, so the F32 tolerance can stay at float32 accumulation error.
 
@@ -136,6 +140,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     ap.add_argument("--max-rel-err", type=float, default=1e-4)
+    ap.add_argument("--quantize", help="check the model as `polystack quantize` writes it")
+    ap.add_argument("--max-quant-err", type=float,
+                    help="bound on the quantized model's reference against the original's")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--kv-cache", choices=["f16", "f32"], default="f16",
                     help="type of the KV cache of the run being checked")
@@ -176,9 +183,32 @@ def main() -> int:
         else:
             model_path = args.model
 
+        original_ref = None
+        if args.quantize:
+            original = llama_ref.LlamaModel(model_path)
+            ids = token_ids(args, original.hp.n_vocab)
+            original_ref = llama_ref.logits(original, ids, kv_cache=args.kv_cache)
+            quantized = os.path.join(workdir, f"quantized-{args.quantize}.gguf")
+            q = subprocess.run([args.bin, "quantize", model_path, quantized, args.quantize],
+                               capture_output=True, text=True, timeout=args.timeout)
+            print(q.stderr.strip())
+            if q.returncode != 0:
+                print(f"FAIL: polystack quantize exited {q.returncode}")
+                return 1
+            model_path = quantized
+
         model = llama_ref.LlamaModel(model_path)
         ids = token_ids(args, model.hp.n_vocab)
         ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache)
+        if original_ref is not None:
+            q_err = rel_err(ref, original_ref)
+            print(f"{args.quantize} against the original model (reference logits): rel err "
+                  f"{q_err:.3e}, argmax agreement "
+                  f"{np.mean(ref.argmax(1) == original_ref.argmax(1)):.3f}")
+            if args.max_quant_err is not None and q_err > args.max_quant_err:
+                print(f"FAIL: quantizing to {args.quantize} moved the logits by {q_err:.3e} "
+                      f"(bound {args.max_quant_err:.1e})")
+                return 1
         print(f"model {os.path.basename(model_path)}: {len(ids)} tokens, vocab "
               f"{model.hp.n_vocab}, max|ref| {np.max(np.abs(ref)):.4g}")
 
