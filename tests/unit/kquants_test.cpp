@@ -133,5 +133,35 @@ TEST(KQuants, CpuDotProductsMatchDequantizedWeights) {
   }
 }
 
+// The SIMD k-quant kernels against the scalar ones on the same quantized rows (odd numbers of
+// super-blocks, data of every shape above); skipped below AVX2.
+TEST(KQuants, SimdDotProductsMatchScalar) {
+  if (best_isa_level() < IsaLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(23);
+  int checked = 0;
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const cpu::DotKernel& simd = cpu::dot_kernel(t, IsaLevel::Avx2);
+    const cpu::DotKernel& scalar = cpu::dot_kernel(t, IsaLevel::Scalar);
+    if (&simd == &scalar) continue;
+    ++checked;
+    for (int dist = 0; dist < 5; ++dist)
+      for (int blocks : {1, 3, 7}) {
+        const int64_t n = int64_t(blocks) * QK_K;
+        const std::vector<float> w = sample(dist, blocks, rng), x = sample(0, blocks, rng);
+        std::vector<uint8_t> wq(row_bytes(t, n)), xq(row_bytes(DType::Q8_K, n));
+        quantize_row(t, w.data(), wq.data(), n);
+        scalar.act_from_f32(x.data(), xq.data(), n);
+        double scale = 0;
+        std::vector<float> wd(w.size());
+        dequantize_row(t, wq.data(), wd.data(), n);
+        for (size_t i = 0; i < w.size(); ++i) scale += std::fabs(double(wd[i]) * x[i]);
+        EXPECT_NEAR(simd.dot(n, wq.data(), xq.data()), scalar.dot(n, wq.data(), xq.data()),
+                    1e-5 * scale + 1e-30)
+            << dtype_name(t) << " dist " << dist << " blocks " << blocks;
+      }
+  }
+  EXPECT_GE(checked, 2) << "Q4_K and Q6_K have AVX2 kernels";
+}
+
 }  // namespace
 }  // namespace ps

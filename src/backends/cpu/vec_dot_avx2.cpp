@@ -201,7 +201,7 @@ const DotKernel* dot_kernel_avx2(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
-      return nullptr;
+      return dot_kernel_kquants_avx2(w);
   }
 }
 

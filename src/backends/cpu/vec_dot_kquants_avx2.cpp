@@ -1,0 +1,127 @@
+// AVX2 dot products of Q4_K and Q6_K weight rows with Q8_K activations (the types of a
+// Q4_K_M model's matrices). Each 32 weights meet 32 activations in one vpmaddubsw (weights as
+// unsigned bytes, activations signed) and one vpmaddwd that also applies the sub-block scales,
+// so a super-block's sum stays in int32 lanes until one conversion and one FMA with its scale.
+// Q6_K's levels are stored with +32; the offset comes off through the activation sums Q8_K
+// keeps per 16, as Q4_K's mins do. Compiled with -mavx2 -mfma -mf16c (see vec_dot_avx2.cpp).
+#include "backends/cpu/vec_dot.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include "backends/cpu/simd_avx2.h"
+#include "core/kquants.h"
+
+namespace ps::cpu {
+namespace {
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 32 unsigned levels (0..63) times 32 signed activations, summed in pairs, then the first 16
+// and last 16 scaled by s0 and s1 and summed in pairs again: 8 int32.
+__m256i scaled_dot(__m256i q, __m256i a, int16_t s0, int16_t s1) {
+  const __m256i pairs = _mm256_maddubs_epi16(q, a);
+  return _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0)));
+}
+
+float dot_q4_k(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const BlockQ4_K*>(wv);
+  const auto* a = static_cast<const BlockQ8_K*>(av);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    uint8_t sc[8], m[8];
+    int32_t min_sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      kquants::get_scale_min_k4(j, w[b].scales, &sc[j], &m[j]);
+      min_sum += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+    }
+    __m256i isum = _mm256_setzero_si256();
+    // 32 bytes of qs hold sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles).
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load32(w[b].qs + 32 * g);
+      const __m256i lo = _mm256_and_si256(q, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      isum = _mm256_add_epi32(isum, scaled_dot(lo, load32(a[b].qs + 64 * g), sc[2 * g], sc[2 * g]));
+      isum = _mm256_add_epi32(
+          isum, scaled_dot(hi, load32(a[b].qs + 64 * g + 32), sc[2 * g + 1], sc[2 * g + 1]));
+    }
+    const float d = half_to_float(w[b].d) * a[b].d;
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
+    mins += half_to_float(w[b].dmin) * a[b].d * float(min_sum);
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q6_k(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const BlockQ6_K*>(wv);
+  const auto* a = static_cast<const BlockQ8_K*>(av);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const int8_t* sc = w[b].scales;
+    int32_t offset = 0;  // 32 * sum of scale * activation sum, per 16
+    for (int s = 0; s < 16; ++s) offset += sc[s] * a[b].bsums[s];
+    __m256i isum = _mm256_setzero_si256();
+    // Half h: element 128 h + 32 k + l takes a nibble of ql (bytes 64 h + 32 (k % 2) + l, low
+    // for k < 2) and bits 2k of qh byte 32 h + l; sub-blocks 8 h + 2 k and + 1.
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
+      const __m256i qh = load32(w[b].qh + 32 * h);
+      const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                            _mm256_and_si256(qh, bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      for (int k = 0; k < 4; ++k) {
+        const int s = 8 * h + 2 * k;
+        isum = _mm256_add_epi32(
+            isum, scaled_dot(q[k], load32(a[b].qs + 128 * h + 32 * k), sc[s], sc[s + 1]));
+      }
+    }
+    isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+    const float d = half_to_float(w[b].d) * a[b].d;
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
+  }
+  return hsum(acc);
+}
+
+void act_q8_k(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_K, x, dst, n); }
+
+constexpr DotKernel kQ4_K{DType::Q8_K, act_q8_k, dot_q4_k};
+constexpr DotKernel kQ6_K{DType::Q8_K, act_q8_k, dot_q6_k};
+
+}  // namespace
+
+const DotKernel* dot_kernel_kquants_avx2(DType w) {
+  switch (w) {
+    case DType::Q4_K:
+      return &kQ4_K;
+    case DType::Q6_K:
+      return &kQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ps::cpu
+
+#else
+
+namespace ps::cpu {
+const DotKernel* dot_kernel_kquants_avx2(DType) { return nullptr; }
+}  // namespace ps::cpu
+
+#endif
