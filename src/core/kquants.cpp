@@ -125,6 +125,20 @@ constexpr float kGroupMaxEps = 1e-15f;  // below this a group's largest magnitud
 // rather than an undefined conversion.
 int nearest_int(float v) { return std::fabs(v) < 4194304.f ? int(std::nearbyint(v)) : 0; }
 
+// The value of largest magnitude (the first one found), with its magnitude in *amax.
+float signed_max(const float* x, int n, float* amax) {
+  float max = 0;
+  *amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > *amax) {
+      *amax = ax;
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 // Scale and offset for n values with weights w, as d * L - min with L in 0..nmax: a first
 // guess from the range, then nstep more scales around it (rmin + rdelta * step added to nmax),
 // each refit by weighted least squares; the best by weighted squared error (or absolute error
@@ -193,14 +207,8 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* w, uint8_t*
 // sign taken from the value of largest magnitude; weights x^2; 18 scales around nmax / max
 // tried, kept when they raise (sum w x l)^2 / (sum w l^2).
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     std::memset(L, 0, size_t(n));
     return 0.f;
@@ -237,14 +245,8 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
 // do_rmse, up to 5 passes move single levels while that raises (sum w x l)^2 / (sum w l^2),
 // weights x^2. Returns the scale.
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L, bool do_rmse) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     std::memset(L, 0, size_t(n));
     return 0.f;
@@ -389,14 +391,10 @@ void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < QK_K / 16; ++j) {
+    for (int j = 0; j < QK_K / 16; ++j)
       scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j, true);
-      if (std::fabs(scales[j]) > amax) {
-        amax = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
+    float amax;
+    const float max_scale = signed_max(scales, QK_K / 16, &amax);
     std::memset(y[i].scales, 0, sizeof(y[i].scales));
     y[i].d = 0;
     if (max_scale) {
@@ -455,14 +453,10 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < QK_K / 16; ++ib) {
+    for (int ib = 0; ib < QK_K / 16; ++ib)
       scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
-      if (std::fabs(scales[ib]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[ib]);
-        max_scale = scales[ib];
-      }
-    }
+    float max_abs_scale;
+    const float max_scale = signed_max(scales, QK_K / 16, &max_abs_scale);
     if (max_abs_scale < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof(y[i]));
       continue;
@@ -491,14 +485,8 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
-    float max = 0, amax = 0;
-    for (int j = 0; j < QK_K; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
+    float amax;
+    const float max = signed_max(x, QK_K, &amax);
     if (!amax) {
       std::memset(&y[i], 0, sizeof(y[i]));
       continue;

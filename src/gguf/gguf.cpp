@@ -18,7 +18,9 @@ namespace {
 constexpr int kMaxArrayDepth = 8;
 constexpr int kMaxDims = 4;
 
-size_t scalar_size(ValueType t) {
+}  // namespace
+
+size_t value_type_size(ValueType t) {
   switch (t) {
     case ValueType::U8:
     case ValueType::I8:
@@ -39,6 +41,8 @@ size_t scalar_size(ValueType t) {
       return 0;
   }
 }
+
+namespace {
 
 bool valid_value_type(uint32_t t) { return t <= uint32_t(ValueType::F64); }
 
@@ -98,7 +102,7 @@ std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field, int
   if (!valid_value_type(et)) c.fail(field, fmt::format("unknown array element type {}", et));
   arr->elem_type = ValueType(et);
   arr->count = c.read<uint64_t>(field + " (array length)");
-  const size_t es = scalar_size(arr->elem_type);
+  const size_t es = value_type_size(arr->elem_type);
   if (es) {
     if (arr->count > c.remaining() / es)
       c.fail(field, fmt::format("array of {} {} elements is larger than the rest of the file",
@@ -232,7 +236,7 @@ double Value::as_double() const { return is_float() ? f : double(as_int()); }
 
 int64_t Array::int_at(uint64_t idx) const {
   if (idx >= count) throw GgufError(fmt::format("array index {} out of range {}", idx, count));
-  const uint8_t* p = raw + idx * scalar_size(elem_type);
+  const uint8_t* p = raw + idx * value_type_size(elem_type);
   switch (elem_type) {
     case ValueType::U8:
     case ValueType::BOOL:

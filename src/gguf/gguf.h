@@ -28,6 +28,8 @@ enum class ValueType : uint32_t {
   F64 = 12,
 };
 std::string_view value_type_name(ValueType t);
+// Bytes of one value of a numeric or BOOL type; 0 for STRING and ARRAY.
+size_t value_type_size(ValueType t);
 
 struct Array;
 

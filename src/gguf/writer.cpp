@@ -9,31 +9,6 @@
 #include "core/error.h"
 
 namespace ps::gguf {
-namespace {
-
-size_t scalar_size(ValueType t) {
-  switch (t) {
-    case ValueType::U8:
-    case ValueType::I8:
-    case ValueType::BOOL:
-      return 1;
-    case ValueType::U16:
-    case ValueType::I16:
-      return 2;
-    case ValueType::U32:
-    case ValueType::I32:
-    case ValueType::F32:
-      return 4;
-    case ValueType::U64:
-    case ValueType::I64:
-    case ValueType::F64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-}  // namespace
 
 Writer::Writer(std::string path, uint64_t alignment)
     : path_(std::move(path)), alignment_(alignment) {
@@ -96,7 +71,7 @@ void Writer::put_value(const Value& v) {
       } else if (a.elem_type == ValueType::ARRAY) {
         for (const Value& e : a.arrays) put_value(e);  // each: its element type, count, data
       } else {
-        put(a.raw, size_t(a.count) * scalar_size(a.elem_type));
+        put(a.raw, size_t(a.count) * value_type_size(a.elem_type));
       }
       return;
     }
@@ -111,12 +86,12 @@ void Writer::put_value(const Value& v) {
     case ValueType::I32:
     case ValueType::I64: {
       const int64_t i = v.i;
-      put(&i, scalar_size(v.type));  // little-endian: the low bytes first
+      put(&i, value_type_size(v.type));  // little-endian: the low bytes first
       return;
     }
     default: {
       const uint64_t u = v.u;
-      put(&u, scalar_size(v.type));
+      put(&u, value_type_size(v.type));
       return;
     }
   }

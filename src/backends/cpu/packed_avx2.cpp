@@ -33,13 +33,6 @@ void act_q8s(const float* x, void* dst, int64_t n) {
   }
 }
 
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // A GGUF-layout Q4_0 row against BlockQ8S activations (the rows after the last whole group).
 float tail_dot_q4_0(int64_t n, const void* wv, const void* av) {
   const BlockQ4_0* w = static_cast<const BlockQ4_0*>(wv);

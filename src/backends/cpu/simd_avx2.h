@@ -1,5 +1,5 @@
 #pragma once
-// Building blocks shared by the AVX2 + FMA + F16C kernel files (vec_dot_avx2.cpp, gemm_avx2.cpp).
+// Building blocks shared by the AVX2 + FMA + F16C kernel files (*_avx2.cpp).
 // Include it only from files compiled with that level's flags: everything here has internal
 // linkage, so each of those files gets its own copy and no code built for this level can
 // stand in for a baseline function at link time.
@@ -16,6 +16,14 @@ namespace ps::cpu {
 namespace {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// The sum of the 8 lanes.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
 
 // Converts 8 weights starting at p to float.
 struct LoadF32 {
