@@ -1,5 +1,5 @@
-// AVX2 dot products of Q4_K and Q6_K weight rows with Q8_K activations (the types of a
-// Q4_K_M model's matrices). Each 32 weights meet 32 activations in one vpmaddubsw (weights as
+// AVX2 dot products of Q4_K, Q5_K and Q6_K weight rows with Q8_K activations (the types of
+// the Q4_K_M and Q5_K_M mixes). Each 32 weights meet 32 activations in one vpmaddubsw (weights as
 // unsigned bytes, activations signed) and one vpmaddwd that also applies the sub-block scales,
 // so a super-block's sum stays in int32 lanes until one conversion and one FMA with its scale.
 // Q6_K's levels are stored with +32; the offset comes off through the activation sums Q8_K
@@ -25,8 +25,10 @@ __m256i scaled_dot(__m256i q, __m256i a, int16_t s0, int16_t s1) {
   return _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0)));
 }
 
-float dot_q4_k(int64_t n, const void* wv, const void* av) {
-  const auto* w = static_cast<const BlockQ4_K*>(wv);
+// Q4_K and Q5_K (with_high: a fifth bit per element, bit j of qh[l] for element 32 j + l).
+template <typename Block, bool with_high>
+float dot_k4(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const Block*>(wv);
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
@@ -42,8 +44,16 @@ float dot_q4_k(int64_t n, const void* wv, const void* av) {
     // 32 bytes of qs hold sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles).
     for (int g = 0; g < 4; ++g) {
       const __m256i q = load32(w[b].qs + 32 * g);
-      const __m256i lo = _mm256_and_si256(q, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      __m256i lo = _mm256_and_si256(q, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (with_high) {
+        // Bit 2g (2g + 1) of each qh byte to bit 4 of the same byte.
+        const __m256i qh = load32(w[b].qh), one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+      }
       isum = _mm256_add_epi32(isum, scaled_dot(lo, load32(a[b].qs + 64 * g), sc[2 * g], sc[2 * g]));
       isum = _mm256_add_epi32(
           isum, scaled_dot(hi, load32(a[b].qs + 64 * g + 32), sc[2 * g + 1], sc[2 * g + 1]));
@@ -93,7 +103,8 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
 
 void act_q8_k(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_K, x, dst, n); }
 
-constexpr DotKernel kQ4_K{DType::Q8_K, act_q8_k, dot_q4_k};
+constexpr DotKernel kQ4_K{DType::Q8_K, act_q8_k, dot_k4<BlockQ4_K, false>};
+constexpr DotKernel kQ5_K{DType::Q8_K, act_q8_k, dot_k4<BlockQ5_K, true>};
 constexpr DotKernel kQ6_K{DType::Q8_K, act_q8_k, dot_q6_k};
 
 }  // namespace
@@ -102,6 +113,8 @@ const DotKernel* dot_kernel_kquants_avx2(DType w) {
   switch (w) {
     case DType::Q4_K:
       return &kQ4_K;
+    case DType::Q5_K:
+      return &kQ5_K;
     case DType::Q6_K:
       return &kQ6_K;
     default:
