@@ -227,37 +227,43 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.ne, p.a_nb, *a, 1);
       shape(p.b_ne, p.b_nb, x, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants (see the
-      // shader list in src/CMakeLists.txt).
+      // The kernel for this device and batch, and its grid (see lane_per_row_matmul).
+      const char* const type = weight_suffix(a->type);
+      const uint64_t rows = uint64_t(a->ne[1]), cols = uint64_t(x.ne[1]);
+      Operand act{&x, sizeof(float)};
+      std::string shader;
+      uint32_t gx = 0, gy = 0;
       if (lane_matmul_ && dtype_info(a->type).block_size < 256) {
+        // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants (see the
+        // shader list in src/CMakeLists.txt).
         const bool tile = x.ne[1] >= kLanesTileFrom;
-        const uint32_t(&shape)[2] = tile ? kLanesTile : kLanesVec;
-        dispatch(fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", weight_suffix(a->type)),
-                 {a, 1}, {&x, sizeof(float)}, {&n, sizeof(float)}, none, p,
-                 ceil_div(uint64_t(a->ne[1]), extras_.subgroup_size * shape[0]),
-                 ceil_div(uint64_t(x.ne[1]), shape[1]), 1);
+        const uint32_t(&lanes)[2] = tile ? kLanesTile : kLanesVec;
+        shader = fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", type);
+        gx = ceil_div(rows, extras_.subgroup_size * lanes[0]);
+        gy = ceil_div(cols, lanes[1]);
       } else if (x.ne[1] >= kTileFrom) {  // staged tiles; fp16 staging where the device has it
         const bool f16 = extras_.fp16 && a->type != DType::F32;
-        dispatch(fmt::format("matmul_tile_{}{}", f16 ? "f16_" : "", weight_suffix(a->type)), {a, 1},
-                 {&x, sizeof(float)}, {&n, sizeof(float)}, none, p,
-                 ceil_div(uint64_t(a->ne[1]), kTile), ceil_div(uint64_t(x.ne[1]), kTile), 1);
-      } else if (int_dot_matmul_ && dtype_info(a->type).block_size == 32) {
-        // Activations to blocks of 8-bit integers, then packed integer dot products.
-        const uint64_t blocks = uint64_t(x.ne[0] / 32) * uint64_t(x.ne[1]);
-        Tensor& q = scratch(size_t(blocks) * 10 * sizeof(uint32_t));
-        Params pq{};
-        shape(pq.ne, pq.a_nb, x, sizeof(float));
-        dispatch("quantize_q8", {&x, sizeof(float)}, none, {&q, sizeof(uint32_t)}, none, pq,
-                 ceil_div(uint64_t(x.ne[0] / 32), 64), uint32_t(x.ne[1]), 1);
-        dispatch(fmt::format("matmul_dot_{}", weight_suffix(a->type)), {a, 1},
-                 {&q, sizeof(uint32_t)}, {&n, sizeof(float)}, none, p,
-                 ceil_div(uint64_t(a->ne[1]), kMatmulRows),
-                 ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
-      } else {  // subgroup lanes split each row
-        dispatch(fmt::format("matmul_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
-                 {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[1]), kMatmulRows),
-                 ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1);
+        shader = fmt::format("matmul_tile_{}{}", f16 ? "f16_" : "", type);
+        gx = ceil_div(rows, kTile);
+        gy = ceil_div(cols, kTile);
+      } else {
+        if (int_dot_matmul_ && dtype_info(a->type).block_size == 32) {
+          // Activations to blocks of 8-bit integers first, then packed integer dot products.
+          const uint64_t blocks = uint64_t(x.ne[0] / 32) * cols;
+          Tensor& q = scratch(size_t(blocks) * 10 * sizeof(uint32_t));
+          Params pq{};
+          shape(pq.ne, pq.a_nb, x, sizeof(float));
+          dispatch("quantize_q8", act, none, {&q, sizeof(uint32_t)}, none, pq,
+                   ceil_div(uint64_t(x.ne[0] / 32), 64), uint32_t(cols), 1);
+          act = {&q, sizeof(uint32_t)};
+          shader = fmt::format("matmul_dot_{}", type);
+        } else {  // subgroup lanes split each row
+          shader = fmt::format("matmul_{}", type);
+        }
+        gx = ceil_div(rows, kMatmulRows);
+        gy = ceil_div(cols, kMatmulCols);
       }
+      dispatch(shader, {a, 1}, act, {&n, sizeof(float)}, none, p, gx, gy, 1);
       return;
     }
     case OpKind::GetRows: {
