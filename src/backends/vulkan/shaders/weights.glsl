@@ -125,46 +125,9 @@ void load_window(uint blk, out uint W[BLOCK_WINDOW]) {
   }
 }
 
-// The 32 weights of block `blk`, dequantized.
-void load_block(uint blk, out float w[32]) {
-  const bool odd = (blk & 2u) != 0u;
-  uint W[BLOCK_WINDOW];
-  load_window(blk, W);
-#if defined(WTYPE_Q8_0)
-  const float d = BLOCK_HALF(0);
-  for (uint k = 0; k < 8; ++k) {
-    const uint v = BLOCK_WORD(1 + 2 * k);
-    for (uint i = 0; i < 4; ++i) w[4 * k + i] = d * float(int(v << (24 - 8 * i)) >> 24);
-  }
-#else
-#if defined(WTYPE_Q4_0)
-  const float d = BLOCK_HALF(0), m = -8.0 * d;
-  const uint qs = 1, qh = 0;
-#elif defined(WTYPE_Q4_1)
-  const float d = BLOCK_HALF(0), m = BLOCK_HALF(1);
-  const uint qs = 2, qh = 0;
-#elif defined(WTYPE_Q5_0)
-  const float d = BLOCK_HALF(0), m = -16.0 * d;
-  const uint qs = 3, qh = BLOCK_WORD(1);
-#elif defined(WTYPE_Q5_1)
-  const float d = BLOCK_HALF(0), m = BLOCK_HALF(1);
-  const uint qs = 4, qh = BLOCK_WORD(2);
-#endif
-  for (uint k = 0; k < 4; ++k) {
-    const uint v = BLOCK_WORD(qs + 2 * k);
-    for (uint i = 0; i < 4; ++i) {
-      const uint j = 4 * k + i;
-      const uint lo = ((v >> (8 * i)) & 15u) | (((qh >> j) & 1u) << 4);
-      const uint hi = ((v >> (8 * i + 4)) & 15u) | (((qh >> (j + 16)) & 1u) << 4);
-      w[j] = d * float(lo) + m;
-      w[j + 16] = d * float(hi) + m;
-    }
-  }
-#endif
-}
-
 // The 32 weights of block `blk` as small integers q, four to a word in element order (element
-// 4i + j in byte j of word i), with w = d q + m: for integer dot products (matmul_dot.comp).
+// 4i + j in byte j of word i), with w = d q + m: for integer dot products (matmul_dot.comp)
+// and, expanded, for load_block.
 // Bit j of x (j < 4) to bit 4 of byte j.
 uint spread_bits(uint x) {
   return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
@@ -198,6 +161,22 @@ void load_block_ints(uint blk, out uint q[8], out float d, out float m) {
     q[k + 4] = ((v >> 4) & 0x0f0f0f0fu) | spread_bits((qh >> (16 + 4 * k)) & 15u);
   }
 #endif
+}
+
+// The 32 weights of block `blk`, dequantized: d q + m from the integers above.
+void load_block(uint blk, out float w[32]) {
+  uint q[8];
+  float d, m;
+  load_block_ints(blk, q, d, m);
+  for (uint k = 0; k < 8; ++k)
+    for (uint i = 0; i < 4; ++i) {
+      const float v = float(int(q[k] << (24 - 8 * i)) >> 24);  // signed bytes (only Q8_0's < 0)
+#if defined(WTYPE_Q8_0)
+      w[4 * k + i] = d * v;
+#else
+      w[4 * k + i] = d * v + m;
+#endif
+    }
 }
 
 #endif
