@@ -60,12 +60,15 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
     k_cache_.push_back(device_->alloc(layer_bytes));
     v_cache_.push_back(device_->alloc(layer_bytes));
   }
-  // Weights reach a device with its own memory now rather than with the first token.
-  const int32_t first = 0;
-  Graph g;
-  std::vector<int32_t> pos;
-  build(g, std::span<const int32_t>(&first, 1), pos, false);
-  scheduler_->upload_constants(g);
+  // Weights reach a device with its own memory now rather than with the first token (devices
+  // that read host memory use them where they are: no graph to build).
+  if (!device_->reads_host_memory()) {
+    const int32_t first = 0;
+    Graph g;
+    std::vector<int32_t> pos;
+    build(g, std::span<const int32_t>(&first, 1), pos, false);
+    scheduler_->upload_constants(g);
+  }
 }
 
 Session::~Session() = default;
