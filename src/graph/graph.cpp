@@ -26,6 +26,8 @@ const char* op_name(OpKind op) {
       return "silu";
     case OpKind::Gelu:
       return "gelu";
+    case OpKind::Scale:
+      return "scale";
     case OpKind::SwiGlu:
       return "swiglu";
     case OpKind::Rope:
@@ -166,6 +168,12 @@ Tensor* Graph::add(Tensor* a, Tensor* b) {
 Tensor* Graph::silu(Tensor* x) { return node(OpKind::Silu, DType::F32, x->ne, {x}); }
 Tensor* Graph::gelu(Tensor* x) { return node(OpKind::Gelu, DType::F32, x->ne, {x}); }
 
+Tensor* Graph::scale(Tensor* x, float s) {
+  Tensor* t = node(OpKind::Scale, DType::F32, x->ne, {x});
+  t->fparams[0] = s;
+  return t;
+}
+
 Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
   if (gate->ne != up->ne) bad_shapes(OpKind::SwiGlu, gate, up);
   return node(OpKind::SwiGlu, DType::F32, gate->ne, {gate, up});
@@ -198,14 +206,16 @@ Tensor* Graph::copy(Tensor* src, Tensor* dst) {
   return t;
 }
 
-Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale) {
+Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
+                         int32_t window) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
   if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
-      n_head % k_cache->ne[1] != 0 || n_past + n_tokens > k_cache->ne[2])
+      n_head % k_cache->ne[1] != 0 || n_past + n_tokens > k_cache->ne[2] || window < 0)
     bad_shapes(OpKind::Attention, q, k_cache);
   Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1}, {q, k_cache, v_cache});
   t->iparams[0] = n_past;
   t->iparams[1] = int32_t(n_past + n_tokens);
+  t->iparams[2] = window;
   t->fparams[0] = scale;
   return t;
 }

@@ -26,6 +26,7 @@ class Graph {
   Tensor* add(Tensor* a, Tensor* b);
   Tensor* silu(Tensor* x);
   Tensor* gelu(Tensor* x);
+  Tensor* scale(Tensor* x, float s);
   Tensor* swiglu(Tensor* gate, Tensor* up);
   Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale, RopeMode mode);
   Tensor* softmax(Tensor* x, float scale, int32_t causal_offset);
@@ -33,7 +34,10 @@ class Graph {
   Tensor* copy(Tensor* src, Tensor* dst);
   // Causal attention of n_tokens queries at positions n_past.. over cache positions
   // [0, n_past + n_tokens). The cache writes for these tokens must come earlier in the graph.
-  Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale);
+  // window > 0 makes it sliding-window attention: the query at position p sees only positions
+  // (p - window, p].
+  Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
+                    int32_t window = 0);
 
   // Every tensor in creation order; nodes() are the ones with an op (View included).
   const std::vector<Tensor*>& nodes() const { return nodes_; }

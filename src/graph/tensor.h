@@ -21,11 +21,13 @@ enum class OpKind : uint8_t {
   Add,      // src0 + src1, broadcast as Mul
   Silu,
   Gelu,       // tanh approximation
+  Scale,      // src0 * fparams[0]
   SwiGlu,     // silu(src0) * src1
   Rope,       // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens]
   SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
-  Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx]
+  Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx];
+              // iparams: n_past, n_past + T, sliding window (0: none); fparams[0] = scale
   Count,
 };
 

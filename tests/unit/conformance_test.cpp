@@ -85,11 +85,13 @@ std::vector<std::unique_ptr<Case>> all_cases() {
             });
       }
     }
-    for (OpKind op : {OpKind::Silu, OpKind::Gelu}) {
+    for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale}) {
       builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
                             [=](Case& c, std::mt19937& rng) {
                               Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
-                              c.out = op == OpKind::Silu ? c.graph.silu(a) : c.graph.gelu(a);
+                              c.out = op == OpKind::Silu   ? c.graph.silu(a)
+                                      : op == OpKind::Gelu ? c.graph.gelu(a)
+                                                           : c.graph.scale(a, 25.3f);
                             });
     }
     builders.emplace_back(fmt::format("rms_norm {}", dims), [=](Case& c, std::mt19937& rng) {
@@ -127,6 +129,17 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                               });
       }
     }
+  }
+  // A vocabulary-sized output projection: more groups of weight rows than one dimension of a GPU
+  // grid holds (65535), for the decode kernels that take few rows per group.
+  for (int64_t m : {1, 2}) {
+    builders.emplace_back(fmt::format("matmul Q8_0 K=32 N=270001 M={}", m),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* w = random_leaf(c, "w", DType::Q8_0, {32, 270001, 1, 1}, rng);
+                            Tensor* x = random_leaf(c, "x", DType::F32, {32, m, 1, 1}, rng);
+                            c.out = c.graph.matmul(w, x);
+                            c.tolerance = 2e-2;
+                          });
   }
   // The k-quants: super-blocks of 256.
   const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -201,6 +214,25 @@ std::vector<std::unique_ptr<Case>> all_cases() {
           });
     }
   }
+  // Sliding windows: shorter than the cached prefix, and cutting into the batch.
+  for (int32_t window : {4, 7}) {
+    builders.emplace_back(fmt::format("attention window {}", window),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* q = random_leaf(c, "q", DType::F32, {40, 4, 5, 1}, rng);
+                            Tensor* k = random_leaf(c, "k", DType::F16, {40, 2, 30, 1}, rng);
+                            Tensor* v = random_leaf(c, "v", DType::F16, {40, 2, 30, 1}, rng);
+                            c.out = c.graph.attention(q, k, v, 6, 0.3f, window);
+                            c.tolerance = 1e-4;
+                          });
+  }
+  // A window over several chunks of the GPU kernel, starting mid-chunk.
+  builders.emplace_back("attention window 600 over 900 positions", [](Case& c, std::mt19937& rng) {
+    Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);
+    Tensor* k = random_leaf(c, "k", DType::F16, {32, 1, 900, 1}, rng);
+    Tensor* v = random_leaf(c, "v", DType::F16, {32, 1, 900, 1}, rng);
+    c.out = c.graph.attention(q, k, v, 897, 0.2f, 600);
+    c.tolerance = 1e-4;
+  });
   // A long context: more positions than one chunk of the GPU kernel's online softmax.
   builders.emplace_back("attention over 700 positions", [](Case& c, std::mt19937& rng) {
     Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);

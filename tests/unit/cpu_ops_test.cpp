@@ -142,23 +142,27 @@ TEST_P(CpuOps, ElementwiseOps) {
   auto gelu = [](double v) {
     return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   };
-  for (OpKind op : {OpKind::Add, OpKind::Mul, OpKind::Silu, OpKind::Gelu, OpKind::SwiGlu}) {
+  const float s = -1.7f;
+  for (OpKind op :
+       {OpKind::Add, OpKind::Mul, OpKind::Silu, OpKind::Gelu, OpKind::Scale, OpKind::SwiGlu}) {
     Graph g;
     Tensor* at = g.leaf("a", DType::F32, {n, rows, 1, 1}, a.data());
     Tensor* bt = g.leaf("b", DType::F32, {n, rows, 1, 1}, b.data());
-    Tensor* out = op == OpKind::Add    ? g.add(at, bt)
-                  : op == OpKind::Mul  ? g.mul(at, bt)
-                  : op == OpKind::Silu ? g.silu(at)
-                  : op == OpKind::Gelu ? g.gelu(at)
-                                       : g.swiglu(at, bt);
+    Tensor* out = op == OpKind::Add     ? g.add(at, bt)
+                  : op == OpKind::Mul   ? g.mul(at, bt)
+                  : op == OpKind::Silu  ? g.silu(at)
+                  : op == OpKind::Gelu  ? g.gelu(at)
+                  : op == OpKind::Scale ? g.scale(at, s)
+                                        : g.swiglu(at, bt);
     auto got = r.run(g, out);
     for (size_t i = 0; i < got.size(); ++i) {
       const double x = a[i], y = b[i];
-      const double ref = op == OpKind::Add    ? x + y
-                         : op == OpKind::Mul  ? x * y
-                         : op == OpKind::Silu ? silu(x)
-                         : op == OpKind::Gelu ? gelu(x)
-                                              : silu(x) * y;
+      const double ref = op == OpKind::Add     ? x + y
+                         : op == OpKind::Mul   ? x * y
+                         : op == OpKind::Silu  ? silu(x)
+                         : op == OpKind::Gelu  ? gelu(x)
+                         : op == OpKind::Scale ? x * double(s)
+                                               : silu(x) * y;
       ASSERT_NEAR(got[i], ref, 1e-5 * (1 + std::fabs(ref))) << op_name(op) << " at " << i;
     }
   }
@@ -222,34 +226,39 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
   auto vf = random_floats(size_t(hd * n_kv * n_ctx), 15);
   std::vector<uint16_t> k(kf.size()), v(vf.size());
   for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
-  Graph g;
-  Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
-  Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
-  Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
-  const float scale = 0.3f;
-  auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t kvh = h / (n_head / n_kv), vis = n_past + t + 1;
-      std::vector<double> s(static_cast<size_t>(vis));
-      double mx = -1e30;
-      for (int64_t j = 0; j < vis; ++j) {
-        double d = 0;
-        for (int64_t i = 0; i < hd; ++i)
-          d += double(q[size_t((t * n_head + h) * hd + i)]) *
-               fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
-        s[size_t(j)] = d * scale;
-        mx = std::max(mx, s[size_t(j)]);
+  // No window, one shorter than the cached prefix, and one that cuts into the batch.
+  for (int32_t window : {0, 3, 11}) {
+    Graph g;
+    Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+    Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
+    Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
+    const float scale = 0.3f;
+    auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale, window));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+        std::vector<double> s(static_cast<size_t>(end), 0.0);
+        double mx = -1e30;
+        for (int64_t j = first; j < end; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += double(q[size_t((t * n_head + h) * hd + i)]) *
+                 fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
+          s[size_t(j)] = d * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
+        for (int64_t i = 0; i < hd; ++i) {
+          double ref = 0;
+          for (int64_t j = first; j < end; ++j)
+            ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
+          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
+              << "window " << window << " token " << t << " head " << h;
+        }
       }
-      double sum = 0;
-      for (auto& e : s) sum += (e = std::exp(e - mx));
-      for (int64_t i = 0; i < hd; ++i) {
-        double ref = 0;
-        for (int64_t j = 0; j < vis; ++j)
-          ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
-        ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5) << t << " " << h;
-      }
-    }
+  }
 }
 
 TEST_P(CpuOps, CopyConvertsIntoAStridedView) {

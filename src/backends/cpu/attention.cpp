@@ -1,7 +1,7 @@
 // Causal attention for a batch of queries over the F16 KV cache: scores with the SIMD F16 dot
 // kernel, an exact softmax per (token, head), then the weighted sum of V rows with the SIMD
-// axpy kernel. Grouped-query
-// attention maps n_head / n_kv_head query heads onto each cache head.
+// axpy kernel. Grouped-query attention maps n_head / n_kv_head query heads onto each cache
+// head; a sliding window limits each query to the last `window` positions.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@ void attention(Context& ctx, Tensor& node) {
   const int64_t n_kv_head = kc.ne[1];
   const int64_t group = n_head / n_kv_head;
   const int32_t n_past = node.iparams[0];
+  const int64_t window = node.iparams[2];
   const float scale = node.fparams[0];
   const DotKernel& kdot = dot_kernel(kc.type, ctx.isa);
   const AxpyFn vaxpy = dot_kernel(vc.type, ctx.isa).axpy;
@@ -31,19 +32,21 @@ void attention(Context& ctx, Tensor& node) {
 
   ctx.pool->parallel_for(n_tokens * n_head, [&](int64_t task, int) {
     const int64_t t = task / n_head, h = task % n_head, kvh = h / group;
-    const int64_t n_visible = n_past + t + 1;
+    // Visible cache positions: [first, end).
+    const int64_t end = n_past + t + 1;
+    const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
     const float* qr = reinterpret_cast<const float*>(row_ptr(q, h, t));
     thread_local std::vector<float> scores, acc;
-    scores.resize(size_t(n_visible));
+    scores.resize(size_t(end - first));
     acc.assign(size_t(hd), 0.0f);
     float mx = -INFINITY;
-    for (int64_t j = 0; j < n_visible; ++j) {
-      scores[size_t(j)] = kdot.dot(hd, row_ptr(kc, kvh, j), qr) * scale;
-      mx = std::max(mx, scores[size_t(j)]);
+    for (int64_t j = first; j < end; ++j) {
+      scores[size_t(j - first)] = kdot.dot(hd, row_ptr(kc, kvh, j), qr) * scale;
+      mx = std::max(mx, scores[size_t(j - first)]);
     }
     double sum = 0;
-    for (int64_t j = 0; j < n_visible; ++j) {
-      const float p = std::exp(scores[size_t(j)] - mx);
+    for (int64_t j = first; j < end; ++j) {
+      const float p = std::exp(scores[size_t(j - first)] - mx);
       sum += p;
       vaxpy(hd, p, row_ptr(vc, kvh, j), acc.data());
     }

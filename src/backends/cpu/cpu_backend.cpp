@@ -143,6 +143,7 @@ class CpuDevice final : public Device {
       case OpKind::Mul:
       case OpKind::Silu:
       case OpKind::Gelu:
+      case OpKind::Scale:
       case OpKind::SwiGlu:
         return cpu::elementwise(ctx_, n);
       case OpKind::Count:

@@ -18,6 +18,7 @@ void elementwise(Context& ctx, Tensor& node) {
   const Tensor* b = node.src[1];
   const int64_t n = a.ne[0];
   const OpKind op = node.op;
+  const float s = node.fparams[0];
   ctx.pool->parallel_for(a.n_rows(), [&](int64_t r, int) {
     const RowIndex at = row_index(a, r);
     const float* x = reinterpret_cast<const float*>(row_ptr(a, at));
@@ -38,6 +39,9 @@ void elementwise(Context& ctx, Tensor& node) {
         break;
       case OpKind::Gelu:
         for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(x[i]);
+        break;
+      case OpKind::Scale:
+        for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
         break;
       case OpKind::SwiGlu:
         for (int64_t i = 0; i < n; ++i) out[i] = silu(x[i]) * y[i];

@@ -90,6 +90,8 @@ uint32_t elementwise_code(OpKind op) {
       return 2;
     case OpKind::Gelu:
       return 3;
+    case OpKind::Scale:
+      return 5;
     default:
       return 4;  // SwiGlu
   }
@@ -119,6 +121,7 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       [[fallthrough]];
     case OpKind::Silu:
     case OpKind::Gelu:
+    case OpKind::Scale:
     case OpKind::Rope:
       if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
       return {};
@@ -142,8 +145,7 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
         return "the matmul kernel needs subgroup arithmetic in compute shaders";
       if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
         return "only 2-D F32 activations with contiguous rows";
-      if (w.ne[1] > kMaxGroups || n.src[1]->ne[1] > kMaxGroups)
-        return "more than 65535 rows or columns";
+      if (n.src[1]->ne[1] > kMaxGroups) return "more than 65535 activation rows";
       return {};
     }
     case OpKind::Copy: {
@@ -187,12 +189,14 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Mul:
     case OpKind::SwiGlu:
     case OpKind::Silu:
-    case OpKind::Gelu: {
+    case OpKind::Gelu:
+    case OpKind::Scale: {
       const Tensor* b = n.src[1];
       shape(p.ne, p.a_nb, *a, sizeof(float));
       shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
       p.op = elementwise_code(n.op);
+      p.fparam0 = n.fparams[0];
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("elementwise", {a, sizeof(float)}, {b, sizeof(float)}, {&n, sizeof(float)}, none, p,
                ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -263,7 +267,13 @@ void VulkanDevice::run(Tensor& n) {
         gx = ceil_div(rows, kMatmulRows);
         gy = ceil_div(cols, kMatmulCols);
       }
-      dispatch(shader, {a, 1}, act, {&n, sizeof(float)}, none, p, gx, gy, 1);
+      // Groups of weight rows beyond one grid dimension continue along z (see row_group()).
+      uint32_t gz_rows = 1;
+      if (gx > kMaxGroups) {
+        gz_rows = ceil_div(gx, kMaxGroups);
+        gx = ceil_div(gx, gz_rows);
+      }
+      dispatch(shader, {a, 1}, act, {&n, sizeof(float)}, none, p, gx, gy, gz_rows);
       return;
     }
     case OpKind::GetRows: {
@@ -295,6 +305,7 @@ void VulkanDevice::run(Tensor& n) {
       strides(p.d_nb, n, sizeof(float));
       p.iparam = n.iparams[0];
       p.fparam0 = n.fparams[0];
+      p.op = uint32_t(n.iparams[2]);
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
                {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1);
       return;

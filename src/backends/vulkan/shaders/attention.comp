@@ -2,7 +2,8 @@
 // Causal attention of queries q [head_dim, n_head, T] (F32) over the F16 KV caches
 // [head_dim, n_kv_head, n_ctx] with grouped-query heads: one workgroup per (head, token), the
 // visible positions in chunks whose scores go through shared memory, and a running (online)
-// softmax so no array of n_ctx scores is needed. iparam = n_past, fparam0 = scale.
+// softmax so no array of n_ctx scores is needed. iparam = n_past, fparam0 = scale, op = the
+// sliding window (0: none).
 // Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -30,7 +31,9 @@ void main() {
   const uint hd = p.ne[0], n_head = p.ne[1];
   const uint n_kv_head = p.b_ne[1];
   const uint kvh = h / (n_head / n_kv_head);
-  const uint n_visible = uint(p.iparam) + t + 1;
+  // Visible cache positions: [first, end).
+  const uint end = uint(p.iparam) + t + 1;
+  const uint first = p.op > 0 && end > p.op ? end - p.op : 0;
   const uint qrow = p.a_off + h * p.a_nb[1] + t * p.a_nb[2];
   for (uint i = tid; i < hd; i += 64) qs[i] = q[qrow + i];
   barrier();
@@ -38,8 +41,8 @@ void main() {
   float acc[MAX_HD / 64];
   for (uint k = 0; k < MAX_HD / 64; ++k) acc[k] = 0.0;
   float m = -1.0 / 0.0, l = 0.0;
-  for (uint c = 0; c < n_visible; c += CHUNK) {
-    const uint len = min(CHUNK, n_visible - c);
+  for (uint c = first; c < end; c += CHUNK) {
+    const uint len = min(CHUNK, end - c);
     float cmax = -1.0 / 0.0;
     for (uint j = tid; j < len; j += 64) {
       const uint krow = p.b_off + kvh * p.b_nb[1] + (c + j) * p.b_nb[2];

@@ -15,10 +15,14 @@ layout(push_constant) uniform Params {
   int iparam;
   float fparam0;
   float fparam1;
-  uint op;
+  uint op;      // elementwise: which op; attention: the sliding window (0: none)
   uint v_off;  // attention: the V cache's first element
 }
 p;
+
+// The matmul kernels' group of weight rows: x, continued over z where one dimension of the grid
+// cannot hold them all (vocabularies of 262k rows).
+uint row_group() { return gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x; }
 
 // The r-th row over dimensions 1..3 (dimension 1 fastest), as (i1, i2, i3).
 uvec3 row_index(uint r) { return uvec3(r % p.ne[1], (r / p.ne[1]) % p.ne[2], r / (p.ne[1] * p.ne[2])); }

@@ -30,7 +30,7 @@ void main() {
   uint xr[COLS];
   for (uint c = 0; c < COLS; ++c) xr[c] = p.b_off + (m0 + min(c, cols - 1)) * p.b_nb[1];
   for (uint r = 0; r < ROWS; ++r) {
-    const uint n = gl_WorkGroupID.x * ROWS + r;
+    const uint n = row_group() * ROWS + r;
     if (n >= p.ne[1]) break;
     const uint wr = p.a_off + n * p.a_nb[1];
     float s[COLS];

@@ -34,7 +34,7 @@ void main() {
   const uint nb = p.b_ne[0] / 32u, M = p.b_ne[1];
   const uint cols = min(COLS, M - m0);
   for (uint r = 0; r < ROWS; ++r) {
-    const uint n = gl_WorkGroupID.x * ROWS + r;
+    const uint n = row_group() * ROWS + r;
     if (n >= p.ne[1]) break;
     const uint wr = p.a_off + n * p.a_nb[1];
     float s[COLS];

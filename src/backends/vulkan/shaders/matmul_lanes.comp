@@ -39,7 +39,7 @@ void load_chunk(uint row, uint k0, out float w[32]) {
 void main() {
   const uint S = gl_WorkGroupSize.x, lane = gl_LocalInvocationID.x;
   const uint N = p.ne[1], K = p.b_ne[0], M = p.b_ne[1];
-  const uint n0 = gl_WorkGroupID.x * S * ROWS + lane;  // this lane's rows: n0 + r * S
+  const uint n0 = row_group() * S * ROWS + lane;  // this lane's rows: n0 + r * S
   const uint m0 = gl_WorkGroupID.y * COLS;
   const uint cols = min(COLS, M - m0);
   // Lanes past the last row repeat it (every lane must take part in the shuffles) and store

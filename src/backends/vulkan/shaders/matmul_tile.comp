@@ -32,7 +32,7 @@ shared STAGED xs[TK][TM + 1];
 void main() {
   const uint t = gl_LocalInvocationID.x, tn = t % 16u, tm = t / 16u;
   const uint N = p.ne[1], K = p.b_ne[0], M = p.b_ne[1];
-  const uint n0 = gl_WorkGroupID.x * TN, m0 = gl_WorkGroupID.y * TM;
+  const uint n0 = row_group() * TN, m0 = gl_WorkGroupID.y * TM;
   float acc[4][4];
   for (uint i = 0; i < 4; ++i)
     for (uint j = 0; j < 4; ++j) acc[i][j] = 0.0;
