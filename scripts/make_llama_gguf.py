@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes a llama-architecture GGUF with random weights and a minimal SentencePiece vocab.
+"""Writes a llama- or gemma3-architecture GGUF with random weights and a minimal SentencePiece
+vocab.
 
 The file follows the layout and metadata keys of llama.cpp's convert script, so it loads as a
 real model. Weights are random (normal, scaled by 1/sqrt(fan_in) so that every projection keeps
@@ -8,6 +9,12 @@ activations O(1) and attention scores are neither uniform nor one-hot); norm wei
 RoPE convention: like every llama GGUF, attn_q / attn_k are meant for ggml's NORMAL rope mode,
 which rotates adjacent pairs (x[2i], x[2i+1]). The convert script permutes Hugging Face rows
 to get there; random weights need no permutation, they are simply defined in this convention.
+(gemma3 uses the NEOX mode; again nothing to permute.)
+
+--arch gemma3 adds what Gemma 3 has beyond llama: per-head Q/K norms, post-attention and
+post-FFN norms, a head size of its own (--head-dim), a sliding window (--sliding-window) over
+which all layers but every --swa-pattern-th attend, and the sliding layers' RoPE base
+(--rope-freq-base-swa, written only when given). Its output is always tied to the embedding.
 
 Tensors are generated and written one at a time (each from its own seed), so a bench-1b file
 needs memory for one tensor, not for the whole model.
@@ -48,6 +55,7 @@ PRESETS = {
         n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
     ),
 }
+ARCHITECTURES = ["llama", "gemma3"]
 
 N_SPECIAL = 3  # <unk>, <s>, </s>
 N_FIXED_TOKENS = N_SPECIAL + 256  # plus one byte token per byte value
@@ -71,10 +79,15 @@ class ModelParams:
     rms_eps: float = 1e-5
     seed: int = 0
     name: str = "polystack-random-llama"
+    arch: str = "llama"
+    head_dim_override: int | None = None  # written as attention.key_length / value_length
+    sliding_window: int = 0  # gemma3: 0 = every layer global
+    swa_pattern: int | None = None  # gemma3: every n-th layer global (None: not written, 6)
+    rope_freq_base_swa: float | None = None  # gemma3: None = not written (10000)
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.head_dim_override or self.n_embd // self.n_head
 
 
 def make_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -132,8 +145,18 @@ def tensor_specs(p: ModelParams) -> list[TensorSpec]:
         TensorSpec("token_embd.weight", (p.n_vocab, p.n_embd), etype,
                    normal((p.n_vocab, p.n_embd), p.n_embd**-0.25)),
     ]
+    gemma = p.arch == "gemma3"
     for i in range(p.n_layer):
         b = f"blk.{i}."
+        if gemma:
+            specs += [
+                TensorSpec(b + "attn_q_norm.weight", (hd,), QT.F32, norm_weight(hd)),
+                TensorSpec(b + "attn_k_norm.weight", (hd,), QT.F32, norm_weight(hd)),
+                TensorSpec(b + "post_attention_norm.weight", (p.n_embd,), QT.F32,
+                           norm_weight(p.n_embd)),
+                TensorSpec(b + "post_ffw_norm.weight", (p.n_embd,), QT.F32,
+                           norm_weight(p.n_embd)),
+            ]
         specs += [
             TensorSpec(b + "attn_norm.weight", (p.n_embd,), QT.F32, norm_weight(p.n_embd)),
             TensorSpec(b + "attn_q.weight", (p.n_head * hd, p.n_embd), wtype,
@@ -178,7 +201,13 @@ def check_params(p: ModelParams) -> None:
     for t in (p.dtype, p.embd_dtype or p.dtype):
         if t not in SUPPORTED_DTYPES:
             raise ValueError(f"unsupported dtype {t}; choose one of {', '.join(SUPPORTED_DTYPES)}")
-    if p.n_embd % p.n_head:
+    if p.arch not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {p.arch}")
+    if p.arch == "gemma3" and not p.tied:
+        raise ValueError("gemma3 models tie their output to the embedding")
+    if p.arch == "llama" and (p.sliding_window or p.swa_pattern or p.rope_freq_base_swa):
+        raise ValueError("sliding-window options are for gemma3")
+    if p.head_dim_override is None and p.n_embd % p.n_head:
         raise ValueError("n_embd must be a multiple of n_head")
     if p.n_head % p.n_head_kv:
         raise ValueError("n_head must be a multiple of n_head_kv")
@@ -191,7 +220,7 @@ def check_params(p: ModelParams) -> None:
 def write_model(path: str, p: ModelParams) -> None:
     check_params(p)
     specs = tensor_specs(p)
-    writer = gguf.GGUFWriter(path, "llama")
+    writer = gguf.GGUFWriter(path, p.arch)
     writer.add_name(p.name)
     writer.add_file_type(int(FILE_TYPE[p.dtype]))
     if p.dtype.startswith("Q") or (p.embd_dtype or "").startswith("Q"):
@@ -206,6 +235,15 @@ def write_model(path: str, p: ModelParams) -> None:
     writer.add_rope_dimension_count(p.head_dim)
     writer.add_rope_freq_base(p.rope_freq_base)
     writer.add_layer_norm_rms_eps(p.rms_eps)
+    if p.head_dim_override:
+        writer.add_uint32(f"{p.arch}.attention.key_length", p.head_dim)
+        writer.add_uint32(f"{p.arch}.attention.value_length", p.head_dim)
+    if p.sliding_window:
+        writer.add_uint32(f"{p.arch}.attention.sliding_window", p.sliding_window)
+    if p.swa_pattern is not None:
+        writer.add_uint32(f"{p.arch}.attention.sliding_window_pattern", p.swa_pattern)
+    if p.rope_freq_base_swa is not None:
+        writer.add_float32(f"{p.arch}.rope.freq_base_swa", p.rope_freq_base_swa)
     if p.rope_scaling == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(p.rope_scale_factor)
@@ -255,6 +293,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="polystack-random-llama")
+    add_gemma3_arguments(ap)
     a = ap.parse_args(argv)
     sizes = dict(PRESETS[a.preset])
     for key in sizes:
@@ -263,8 +302,22 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
             sizes[key] = value
     p = ModelParams(**sizes, dtype=a.dtype, embd_dtype=a.embd_dtype, tied=a.tied,
                     rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
-                    rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name)
+                    rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name,
+                    **gemma3_options(a))
     return a.out, p
+
+
+def add_gemma3_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--arch", choices=ARCHITECTURES, default="llama")
+    ap.add_argument("--head-dim", type=int, help="head size when not n_embd / n_head")
+    ap.add_argument("--sliding-window", type=int, default=0)
+    ap.add_argument("--swa-pattern", type=int)
+    ap.add_argument("--rope-freq-base-swa", type=float)
+
+
+def gemma3_options(a: argparse.Namespace) -> dict:
+    return dict(arch=a.arch, head_dim_override=a.head_dim, sliding_window=a.sliding_window,
+                swa_pattern=a.swa_pattern, rope_freq_base_swa=a.rope_freq_base_swa)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"make_llama_gguf: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out}: llama {p.n_layer} layers, n_embd {p.n_embd}, n_head {p.n_head}/"
+    print(f"wrote {out}: {p.arch} {p.n_layer} layers, n_embd {p.n_embd}, n_head {p.n_head}/"
           f"{p.n_head_kv}, n_ff {p.n_ff}, vocab {p.n_vocab}, {p.dtype}"
           f"{', tied' if p.tied else ''}", file=sys.stderr)
     return 0

@@ -12,8 +12,105 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   if (arch.empty())
     throw ModelError(fmt::format("{}: metadata 'general.architecture' is missing", file.path()));
   if (arch == "llama") return make_llama_model(file);
-  throw ModelError(
-      fmt::format("{}: architecture '{}' is not supported (supported: llama)", file.path(), arch));
+  if (arch == "gemma3") return make_gemma3_model(file);
+  throw ModelError(fmt::format("{}: architecture '{}' is not supported (supported: llama, gemma3)",
+                               file.path(), arch));
+}
+
+void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
+  auto& p = params_;
+  p.architecture = a;
+  p.name = f.get_string("general.name", "");
+  auto req = [&](const std::string& key) {
+    const int64_t v = f.require_int(key);
+    if (v <= 0 || v > (int64_t(1) << 24))
+      throw ModelError(fmt::format("{}: metadata '{}' = {} is out of range", f.path(), key, v));
+    return v;
+  };
+  p.n_embd = req(a + ".embedding_length");
+  p.n_layer = req(a + ".block_count");
+  p.n_ff = req(a + ".feed_forward_length");
+  p.n_head = req(a + ".attention.head_count");
+  p.n_head_kv =
+      f.has(a + ".attention.head_count_kv") ? req(a + ".attention.head_count_kv") : p.n_head;
+  p.n_ctx_train = f.get_int(a + ".context_length", 2048);
+  if (p.n_head % p.n_head_kv != 0)
+    throw ModelError(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}",
+                                 f.path(), p.n_head, p.n_head_kv));
+  if (!f.has(a + ".attention.key_length") && p.n_embd % p.n_head != 0)
+    throw ModelError(fmt::format("{}: embedding_length {} is not a multiple of head_count {}",
+                                 f.path(), p.n_embd, p.n_head));
+  p.head_dim = f.get_int(a + ".attention.key_length", p.n_embd / p.n_head);
+  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > 1024)
+    throw ModelError(fmt::format("{}: head dimension {} is invalid", f.path(), p.head_dim));
+  if (f.get_int(a + ".attention.value_length", p.head_dim) != p.head_dim)
+    throw ModelError(fmt::format("{}: value_length {} differs from key_length {}", f.path(),
+                                 f.get_int(a + ".attention.value_length", 0), p.head_dim));
+  p.n_rot = f.get_int(a + ".rope.dimension_count", p.head_dim);
+  if (p.n_rot <= 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0)
+    throw ModelError(fmt::format("{}: rope.dimension_count {} is invalid for head size {}",
+                                 f.path(), p.n_rot, p.head_dim));
+  p.norm_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5));
+  p.rope_freq_base = float(f.get_float(a + ".rope.freq_base", 10000.0));
+  const std::string scaling = f.get_string(a + ".rope.scaling.type", "");
+  float factor = float(f.get_float(a + ".rope.scaling.factor", 0.0));
+  if (factor == 0.0f) factor = float(f.get_float(a + ".rope.scale_linear", 0.0));
+  if (scaling.empty() || scaling == "none") {
+    if (scaling.empty() && factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
+  } else if (scaling == "linear") {
+    if (factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
+  } else {
+    throw ModelError(fmt::format("{}: rope scaling type '{}' is not supported (none, linear)",
+                                 f.path(), scaling));
+  }
+}
+
+void Model::load_embeddings(const gguf::File& f) {
+  auto& p = params_;
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb || emb->dims.size() != 2)
+    throw ModelError(fmt::format("{}: tensor 'token_embd.weight' is missing or not 2-D", f.path()));
+  p.n_vocab = emb->dims[1];
+  tok_embd_ = weight(f, "token_embd.weight", {p.n_embd, p.n_vocab, 1, 1});
+  out_norm_ = norm_weight(f, "output_norm.weight", p.n_embd);
+  output_ = weight(f, "output.weight", {p.n_embd, p.n_vocab, 1, 1}, /*optional=*/true);
+  p.tied_output = output_ == nullptr;
+  if (!output_) output_ = tok_embd_;
+}
+
+Tensor* Model::norm_weight(const gguf::File& f, const std::string& name, int64_t n) {
+  Tensor* t = weight(f, name, {n, 1, 1, 1});
+  if (t->type != DType::F32)
+    throw ModelError(fmt::format("{}: norm weight '{}' must be F32, not {}", f.path(), name,
+                                 dtype_name(t->type)));
+  return t;
+}
+
+Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q,
+                                Tensor* k, Tensor* v, float scale, int32_t window) const {
+  const auto& p = params_;
+  const int64_t T = in.n_tokens;
+  Tensor* kc = in.k_cache[size_t(layer)];
+  Tensor* vc = in.v_cache[size_t(layer)];
+  // This batch's slice of the cache: positions [n_past, n_past + T).
+  const int64_t kv_dim = p.head_dim * p.n_head_kv;
+  auto slot = [&](Tensor* cache) {
+    return g.view(cache, {kv_dim, T, 1, 1},
+                  {cache->nb[0], cache->nb[2], cache->nb[2] * T, cache->nb[2] * T},
+                  size_t(in.n_past) * cache->nb[2]);
+  };
+  g.copy(g.reshape(k, {kv_dim, T, 1, 1}), slot(kc));
+  g.copy(v, slot(vc));
+  Tensor* attn = g.attention(q, kc, vc, in.n_past, scale, window);
+  return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
+}
+
+Tensor* Model::output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const {
+  const auto& p = params_;
+  if (!in.all_logits && in.n_tokens > 1)
+    x = g.view(x, {p.n_embd, 1, 1, 1}, x->nb, size_t(in.n_tokens - 1) * x->nb[1]);
+  x = g.mul(g.rms_norm(x, p.norm_eps), out_norm_);
+  return g.matmul(output_, x);
 }
 
 Tensor* Model::weight(const gguf::File& f, const std::string& name, std::array<int64_t, 4> ne,

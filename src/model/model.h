@@ -60,10 +60,27 @@ class Model {
   // A weight leaf over the file mapping, checked against the expected shape.
   Tensor* weight(const gguf::File& f, const std::string& name, std::array<int64_t, 4> ne,
                  bool optional = false);
+  // A norm's weight vector of n values, which must be F32.
+  Tensor* norm_weight(const gguf::File& f, const std::string& name, int64_t n);
+  // The hyperparameters a decoder-only transformer stores under "<arch>." (sizes, heads,
+  // RoPE, norm epsilon), each checked.
+  void read_transformer_params(const gguf::File& f, const std::string& arch);
+  // token_embd, output_norm and output (token_embd again when the file ties them).
+  void load_embeddings(const gguf::File& f);
+  // Writes this batch's K [head_dim, n_head_kv, T] and V [kv_dim, T] into layer l's cache,
+  // then attends over the cache (window > 0: sliding window). Returns [q_dim, T].
+  Tensor* cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q, Tensor* k,
+                           Tensor* v, float scale, int32_t window) const;
+  // The final norm and the output projection, over the last position only unless every
+  // position's logits are wanted.
+  Tensor* output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const;
+
   ModelParams params_;
   std::deque<Tensor> weights_;
+  Tensor *tok_embd_ = nullptr, *out_norm_ = nullptr, *output_ = nullptr;
 };
 
 std::unique_ptr<Model> make_llama_model(const gguf::File& file);
+std::unique_ptr<Model> make_gemma3_model(const gguf::File& file);
 
 }  // namespace ps

@@ -57,7 +57,7 @@ def sentencepiece_decode(tokens: list[str], types: list[int], ids: list[int]) ->
     return out.decode("utf-8")
 
 
-def greedy_reference(model: llama_ref.LlamaModel, prompt_ids: list[int]) -> tuple[list[int], float]:
+def greedy_reference(model: llama_ref.RefModel, prompt_ids: list[int]) -> tuple[list[int], float]:
     """Greedy continuation and the smallest gap between the two best logits on the way."""
     ids = list(prompt_ids)
     min_gap = np.inf
@@ -115,7 +115,7 @@ def main() -> int:
         print(f"SKIP: {model_path} is absent")
         return SKIP
 
-    model = llama_ref.LlamaModel(model_path)
+    model = llama_ref.RefModel(model_path)
     tokens, _, types = llama_ref.vocab(model)
     prompt_ids = llama_ref.spm_encode(model, PROMPT)
     generated, min_gap = greedy_reference(model, prompt_ids)

