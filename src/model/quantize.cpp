@@ -65,6 +65,17 @@ std::vector<std::string> quant_mix_names() {
   return out;
 }
 
+std::optional<std::string> file_type_name(uint32_t code) {
+  for (const QuantMix& m : kMixes)
+    if (m.file_type == code) return m.name;
+  // Codes of llama.cpp's mixes that polystack runs but does not write.
+  static const std::pair<uint32_t, const char*> kOthers[] = {
+      {0, "F32"}, {11, "Q3_K_S"}, {13, "Q3_K_L"}, {14, "Q4_K_S"}, {16, "Q5_K_S"}};
+  for (auto [c, name] : kOthers)
+    if (c == code) return std::string(name);
+  return std::nullopt;
+}
+
 std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::string* fallback) {
   if (t.dims.size() < 2 || !ends_with(t.name, "weight")) return std::nullopt;
   const bool k_mix = block_size(mix.base) == QK_K;

