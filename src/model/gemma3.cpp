@@ -116,7 +116,7 @@ class Gemma3Model final : public Model {
       return sliding;
     }
     const int64_t period = f.get_int(key, 6);
-    if (period < 0 || period > n_layer + 1)
+    if (period < 0 || period > (int64_t(1) << 24))
       throw ModelError(
           fmt::format("{}: metadata '{}' = {} is out of range", f.path(), key, period));
     for (int64_t l = 0; l < n_layer; ++l)

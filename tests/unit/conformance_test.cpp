@@ -141,6 +141,12 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                             c.tolerance = 2e-2;
                           });
   }
+  // The same as a get_rows table (an embedding), with ids across all of it.
+  builders.emplace_back("get_rows Q8_0 from 270001 rows", [](Case& c, std::mt19937& rng) {
+    Tensor* table = random_leaf(c, "table", DType::Q8_0, {32, 270001, 1, 1}, rng);
+    Tensor* ids = int_leaf(c, "ids", {270000, 0, 123457, 7, 270000, 200001, 98000}, rng);
+    c.out = c.graph.get_rows(table, ids);
+  });
   // The k-quants: super-blocks of 256.
   const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   for (DType t : kquant_types) {

@@ -128,6 +128,13 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   ifn_.vkGetPhysicalDeviceProperties(phys, &props);
   storage_alignment_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
   max_storage_range_ = props.limits.maxStorageBufferRange;
+  // POLYSTACK_VULKAN_MAX_BINDING_MIB lowers the limit so tests reach the sliced paths with
+  // small tensors.
+  if (const char* cap = std::getenv("POLYSTACK_VULKAN_MAX_BINDING_MIB"); cap && *cap) {
+    const long mib = std::strtol(cap, nullptr, 10);
+    if (mib > 0)
+      max_storage_range_ = std::min<VkDeviceSize>(max_storage_range_, VkDeviceSize(mib) << 20);
+  }
   lane_matmul_ = lane_per_row_matmul(extras);
   int_dot_matmul_ = integer_dot_matmul(extras);
   ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
@@ -325,7 +332,18 @@ VulkanDevice::Binding VulkanDevice::bind(const Tensor& t, size_t elem_bytes) con
   const size_t offset = addr - b.base();
   const VkDeviceSize aligned = offset / storage_alignment_ * storage_alignment_;
   const VkDeviceSize range = std::min<VkDeviceSize>(b.bound_size() - aligned, max_storage_range_);
+  // A shader would read past the binding (zeros or garbage) rather than fail: refuse instead.
+  if (offset - aligned + t.n_bytes() > range)
+    throw BackendError(
+        fmt::format("{}: tensor {} ({} MiB) does not fit in one storage binding ({} MiB at most)",
+                    info_.id, t.name, t.n_bytes() >> 20, max_storage_range_ >> 20));
   return {b.handle(), aligned, range, elems(offset - aligned, elem_bytes)};
+}
+
+int64_t VulkanDevice::rows_per_binding(const Tensor& t) const {
+  // bind() may start up to one alignment before the tensor.
+  const VkDeviceSize usable = max_storage_range_ - storage_alignment_;
+  return std::max<int64_t>(1, int64_t(usable / std::max<size_t>(t.nb[1], 1)));
 }
 
 VkPipeline VulkanDevice::pipeline(const std::string& name) {

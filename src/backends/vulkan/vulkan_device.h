@@ -93,7 +93,10 @@ class VulkanDevice final : public Device {
   };
   // The buffer whose bytes hold address addr, or null.
   const VulkanBuffer* buffer_at(uintptr_t addr) const;
+  // BackendError when t does not fit in one binding (see rows_per_binding).
   Binding bind(const Tensor& t, size_t elem_bytes) const;
+  // Rows of t (dimension 1) that one storage binding surely holds, wherever t starts.
+  int64_t rows_per_binding(const Tensor& t) const;
   VkPipeline pipeline(const std::string& name);
   void begin_if_needed();
   // Ends the command buffer, submits it, waits for it, and resets it for the next recording.

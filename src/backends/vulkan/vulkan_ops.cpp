@@ -97,6 +97,14 @@ uint32_t elementwise_code(OpKind op) {
   }
 }
 
+// Rows [first, first + count) of t along dimension dim: a view of the same bytes.
+Tensor slice(const Tensor& t, int dim, int64_t first, int64_t count) {
+  Tensor s = t;
+  s.ne[size_t(dim)] = count;
+  s.data = static_cast<uint8_t*>(t.data) + size_t(first) * t.nb[size_t(dim)];
+  return s;
+}
+
 // Rows over dimensions 1..3 as a grid of (y, z) workgroups within the per-dimension limit.
 void row_grid(uint64_t rows, uint32_t& gy, uint32_t& gz) {
   gy = uint32_t(std::min<uint64_t>(std::max<uint64_t>(rows, 1), kMaxGroups));
@@ -110,6 +118,15 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
        {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
         static_cast<const Tensor*>(n.src[2])})
     if (t && !fits_u32(*t)) return "a shape or stride beyond 32 bits";
+  // Weights and tables are bound in slices of rows (run()); every other operand in one piece.
+  const bool sliced_src0 = n.op == OpKind::MatMul || n.op == OpKind::GetRows;
+  for (const Tensor* t :
+       {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
+        static_cast<const Tensor*>(n.src[2])})
+    if (t && !(sliced_src0 && t == n.src[0]) &&
+        t->n_bytes() > max_storage_range_ - storage_alignment_)
+      return fmt::format("an operand of {} MiB, more than one storage binding holds ({} MiB)",
+                         t->n_bytes() >> 20, max_storage_range_ >> 20);
   switch (n.op) {
     case OpKind::None:
     case OpKind::View:
@@ -228,28 +245,27 @@ void VulkanDevice::run(Tensor& n) {
     }
     case OpKind::MatMul: {
       const Tensor& x = *n.src[1];
-      shape(p.ne, p.a_nb, *a, 1);
       shape(p.b_ne, p.b_nb, x, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      // The kernel for this device and batch, and its grid (see lane_per_row_matmul).
+      // The kernel for this device and batch, and its rows and columns per workgroup (see
+      // lane_per_row_matmul).
       const char* const type = weight_suffix(a->type);
-      const uint64_t rows = uint64_t(a->ne[1]), cols = uint64_t(x.ne[1]);
+      const uint64_t cols = uint64_t(x.ne[1]);
       Operand act{&x, sizeof(float)};
       std::string shader;
-      uint32_t gx = 0, gy = 0;
+      uint64_t group_rows = 0, group_cols = 0;
       if (lane_matmul_ && dtype_info(a->type).block_size < 256) {
         // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants (see the
         // shader list in src/CMakeLists.txt).
         const bool tile = x.ne[1] >= kLanesTileFrom;
         const uint32_t(&lanes)[2] = tile ? kLanesTile : kLanesVec;
         shader = fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", type);
-        gx = ceil_div(rows, extras_.subgroup_size * lanes[0]);
-        gy = ceil_div(cols, lanes[1]);
+        group_rows = uint64_t(extras_.subgroup_size) * lanes[0];
+        group_cols = lanes[1];
       } else if (x.ne[1] >= kTileFrom) {  // staged tiles; fp16 staging where the device has it
         const bool f16 = extras_.fp16 && a->type != DType::F32;
         shader = fmt::format("matmul_tile_{}{}", f16 ? "f16_" : "", type);
-        gx = ceil_div(rows, kTile);
-        gy = ceil_div(cols, kTile);
+        group_rows = group_cols = kTile;
       } else {
         if (int_dot_matmul_ && dtype_info(a->type).block_size == 32) {
           // Activations to blocks of 8-bit integers first, then packed integer dot products.
@@ -264,26 +280,44 @@ void VulkanDevice::run(Tensor& n) {
         } else {  // subgroup lanes split each row
           shader = fmt::format("matmul_{}", type);
         }
-        gx = ceil_div(rows, kMatmulRows);
-        gy = ceil_div(cols, kMatmulCols);
+        group_rows = kMatmulRows;
+        group_cols = kMatmulCols;
       }
-      // Groups of weight rows beyond one grid dimension continue along z (see row_group()).
-      uint32_t gz_rows = 1;
-      if (gx > kMaxGroups) {
-        gz_rows = ceil_div(gx, kMaxGroups);
-        gx = ceil_div(gx, gz_rows);
+      // A weight larger than one storage binding (a 262k-row vocabulary) runs as slices of rows,
+      // each bound on its own; the output rows of a slice are a view of the output.
+      const int64_t per_slice = rows_per_binding(*a);
+      for (int64_t r0 = 0; r0 < a->ne[1]; r0 += per_slice) {
+        const int64_t count = std::min(per_slice, a->ne[1] - r0);
+        const Tensor w = slice(*a, 1, r0, count), out = slice(n, 0, r0, count);
+        shape(p.ne, p.a_nb, w, 1);
+        // Groups of weight rows beyond one grid dimension continue along z (row_group()).
+        uint32_t gx = ceil_div(uint64_t(count), group_rows), gz_rows = 1;
+        if (gx > kMaxGroups) {
+          gz_rows = ceil_div(gx, kMaxGroups);
+          gx = ceil_div(gx, gz_rows);
+        }
+        dispatch(shader, {&w, 1}, act, {&out, sizeof(float)}, none, p, gx,
+                 ceil_div(cols, group_cols), gz_rows);
       }
-      dispatch(shader, {a, 1}, act, {&n, sizeof(float)}, none, p, gx, gy, gz_rows);
       return;
     }
     case OpKind::GetRows: {
+      // As for matmul, a table larger than one storage binding is read in slices of rows; each
+      // pass writes the output rows whose ids fall in its slice.
       const Tensor& ids = *n.src[1];
-      shape(p.ne, p.a_nb, *a, 1);
       shape(p.b_ne, p.b_nb, ids, sizeof(int32_t));
       strides(p.d_nb, n, sizeof(float));
+      p.op = uint32_t(a->ne[1]);
       row_grid(uint64_t(ids.ne[0]), gy, gz);
-      dispatch(fmt::format("get_rows_{}", weight_suffix(a->type)), {a, 1}, {&ids, sizeof(int32_t)},
-               {&n, sizeof(float)}, none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      const int64_t per_slice = rows_per_binding(*a);
+      for (int64_t r0 = 0; r0 < a->ne[1]; r0 += per_slice) {
+        const Tensor table = slice(*a, 1, r0, std::min(per_slice, a->ne[1] - r0));
+        shape(p.ne, p.a_nb, table, 1);
+        p.iparam = int32_t(r0);
+        dispatch(fmt::format("get_rows_{}", weight_suffix(a->type)), {&table, 1},
+                 {&ids, sizeof(int32_t)}, {&n, sizeof(float)}, none, p,
+                 ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      }
       return;
     }
     case OpKind::Copy: {

@@ -116,6 +116,7 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
     VkPhysicalDeviceProperties base{};
     f.vkGetPhysicalDeviceProperties(phys[i], &base);
     x.api_version = std::min(base.apiVersion, instance_version);
+    x.max_storage_range = base.limits.maxStorageBufferRange;
     d.kind = device_kind(base.deviceType);
     d.name = base.deviceName;
     d.vendor = vendor_name(base.vendorID);
@@ -196,6 +197,8 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                          fmt::format("{}.{}", VK_API_VERSION_MAJOR(x.api_version),
                                      VK_API_VERSION_MINOR(x.api_version)));
     if (x.subgroup_size) d.facts.emplace_back("subgroup size", std::to_string(x.subgroup_size));
+    d.facts.emplace_back("largest storage binding",
+                         fmt::format("{} MiB", x.max_storage_range >> 20));
     d.facts.emplace_back("subgroup arithmetic in compute", yes_no(x.subgroup_arithmetic));
     d.facts.emplace_back("subgroup shuffle in compute", yes_no(x.subgroup_shuffle));
     d.facts.emplace_back("fp16 arithmetic", yes_no(x.fp16));

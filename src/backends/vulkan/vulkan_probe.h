@@ -29,6 +29,7 @@ struct DeviceExtras {
   VkPhysicalDevice physical = VK_NULL_HANDLE;
   uint32_t api_version = 0;  // min(device, instance)
   uint32_t subgroup_size = 0;
+  uint64_t max_storage_range = 0;    // the largest storage-buffer binding (maxStorageBufferRange)
   bool subgroup_arithmetic = false;  // subgroupAdd and friends in compute shaders
   bool subgroup_shuffle = false;     // subgroupShuffle in compute shaders
   bool fp16 = false, int8 = false, storage16 = false, storage8 = false;

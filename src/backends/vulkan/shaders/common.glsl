@@ -15,7 +15,8 @@ layout(push_constant) uniform Params {
   int iparam;
   float fparam0;
   float fparam1;
-  uint op;      // elementwise: which op; attention: the sliding window (0: none)
+  uint op;  // elementwise: which op; attention: the sliding window (0: none); get_rows: rows
+            // of the whole table
   uint v_off;  // attention: the V cache's first element
 }
 p;
