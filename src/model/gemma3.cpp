@@ -16,9 +16,8 @@
 namespace ps {
 namespace {
 
-struct Gemma3Layer {
-  Tensor *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wo, *post_attn_norm;
-  Tensor *ffn_norm, *w_gate, *w_up, *w_down, *post_ffw_norm;
+struct Gemma3Layer : BlockWeights {
+  Tensor *q_norm, *k_norm, *post_attn_norm, *post_ffw_norm;
   bool sliding;
 };
 
@@ -48,22 +47,13 @@ class Gemma3Model final : public Model {
 
     load_embeddings(f);
     const std::vector<bool> sliding = sliding_layers(f, a);
-    const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
     for (int64_t l = 0; l < p.n_layer; ++l) {
       auto n = [&](const char* what) { return fmt::format("blk.{}.{}.weight", l, what); };
       Gemma3Layer L;
-      L.attn_norm = norm_weight(f, n("attn_norm"), p.n_embd);
-      L.wq = weight(f, n("attn_q"), {p.n_embd, q_dim, 1, 1});
-      L.wk = weight(f, n("attn_k"), {p.n_embd, kv_dim, 1, 1});
-      L.wv = weight(f, n("attn_v"), {p.n_embd, kv_dim, 1, 1});
+      static_cast<BlockWeights&>(L) = block_weights(f, l);
       L.q_norm = norm_weight(f, n("attn_q_norm"), p.head_dim);
       L.k_norm = norm_weight(f, n("attn_k_norm"), p.head_dim);
-      L.wo = weight(f, n("attn_output"), {q_dim, p.n_embd, 1, 1});
       L.post_attn_norm = norm_weight(f, n("post_attention_norm"), p.n_embd);
-      L.ffn_norm = norm_weight(f, n("ffn_norm"), p.n_embd);
-      L.w_gate = weight(f, n("ffn_gate"), {p.n_embd, p.n_ff, 1, 1});
-      L.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
-      L.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});
       L.post_ffw_norm = norm_weight(f, n("post_ffw_norm"), p.n_embd);
       L.sliding = sliding[size_t(l)];
       layers_.push_back(L);

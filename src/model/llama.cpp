@@ -1,6 +1,5 @@
 // The llama architecture (Llama 1/2/3, Mistral, TinyLlama, SmolLM): pre-norm blocks with
 // grouped-query attention and a SwiGLU feed-forward, RoPE in GGUF's adjacent-pair layout.
-#include <fmt/format.h>
 
 #include <cmath>
 
@@ -10,31 +9,12 @@
 namespace ps {
 namespace {
 
-struct LlamaLayer {
-  Tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-};
-
 class LlamaModel final : public Model {
  public:
   explicit LlamaModel(const gguf::File& f) {
     read_transformer_params(f, "llama");
     load_embeddings(f);
-    const auto& p = params_;
-    const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
-    for (int64_t l = 0; l < p.n_layer; ++l) {
-      auto n = [&](const char* what) { return fmt::format("blk.{}.{}.weight", l, what); };
-      LlamaLayer L;
-      L.attn_norm = norm_weight(f, n("attn_norm"), p.n_embd);
-      L.wq = weight(f, n("attn_q"), {p.n_embd, q_dim, 1, 1});
-      L.wk = weight(f, n("attn_k"), {p.n_embd, kv_dim, 1, 1});
-      L.wv = weight(f, n("attn_v"), {p.n_embd, kv_dim, 1, 1});
-      L.wo = weight(f, n("attn_output"), {q_dim, p.n_embd, 1, 1});
-      L.ffn_norm = norm_weight(f, n("ffn_norm"), p.n_embd);
-      L.w_gate = weight(f, n("ffn_gate"), {p.n_embd, p.n_ff, 1, 1});
-      L.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
-      L.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});
-      layers_.push_back(L);
-    }
+    for (int64_t l = 0; l < params_.n_layer; ++l) layers_.push_back(block_weights(f, l));
   }
 
   Tensor* build_graph(Graph& g, const ForwardInputs& in) const override {
@@ -43,7 +23,7 @@ class LlamaModel final : public Model {
     const float kq_scale = 1.0f / std::sqrt(float(p.head_dim));
     Tensor* x = g.get_rows(tok_embd_, in.tokens);
     for (int64_t l = 0; l < p.n_layer; ++l) {
-      const LlamaLayer& L = layers_[size_t(l)];
+      const BlockWeights& L = layers_[size_t(l)];
       Tensor* h = g.mul(g.rms_norm(x, p.norm_eps), L.attn_norm);
       Tensor* q = g.reshape(g.matmul(L.wq, h), {p.head_dim, p.n_head, T, 1});
       Tensor* k = g.reshape(g.matmul(L.wk, h), {p.head_dim, p.n_head_kv, T, 1});
@@ -61,7 +41,7 @@ class LlamaModel final : public Model {
   }
 
  private:
-  std::vector<LlamaLayer> layers_;
+  std::vector<BlockWeights> layers_;
 };
 
 }  // namespace

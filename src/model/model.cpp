@@ -78,6 +78,23 @@ void Model::load_embeddings(const gguf::File& f) {
   if (!output_) output_ = tok_embd_;
 }
 
+BlockWeights Model::block_weights(const gguf::File& f, int64_t l) {
+  const auto& p = params_;
+  const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
+  auto n = [&](const char* what) { return fmt::format("blk.{}.{}.weight", l, what); };
+  BlockWeights b;
+  b.attn_norm = norm_weight(f, n("attn_norm"), p.n_embd);
+  b.wq = weight(f, n("attn_q"), {p.n_embd, q_dim, 1, 1});
+  b.wk = weight(f, n("attn_k"), {p.n_embd, kv_dim, 1, 1});
+  b.wv = weight(f, n("attn_v"), {p.n_embd, kv_dim, 1, 1});
+  b.wo = weight(f, n("attn_output"), {q_dim, p.n_embd, 1, 1});
+  b.ffn_norm = norm_weight(f, n("ffn_norm"), p.n_embd);
+  b.w_gate = weight(f, n("ffn_gate"), {p.n_embd, p.n_ff, 1, 1});
+  b.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
+  b.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});
+  return b;
+}
+
 Tensor* Model::norm_weight(const gguf::File& f, const std::string& name, int64_t n) {
   Tensor* t = weight(f, name, {n, 1, 1, 1});
   if (t->type != DType::F32)

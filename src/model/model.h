@@ -45,6 +45,13 @@ struct ForwardInputs {
   bool all_logits = false;                // else only the last token's
 };
 
+// The weights of one pre-norm transformer block that llama and its descendants share, under
+// GGUF's names: attention (attn_norm, attn_q/k/v, attn_output) and a gated feed-forward
+// (ffn_norm, ffn_gate, ffn_up, ffn_down).
+struct BlockWeights {
+  Tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -65,6 +72,8 @@ class Model {
   // The hyperparameters a decoder-only transformer stores under "<arch>." (sizes, heads,
   // RoPE, norm epsilon), each checked.
   void read_transformer_params(const gguf::File& f, const std::string& arch);
+  // Block `layer`'s BlockWeights, each checked against the hyperparameters.
+  BlockWeights block_weights(const gguf::File& f, int64_t layer);
   // token_embd, output_norm and output (token_embd again when the file ties them).
   void load_embeddings(const gguf::File& f);
   // Writes this batch's K [head_dim, n_head_kv, T] and V [kv_dim, T] into layer l's cache,
