@@ -12,7 +12,7 @@
 // through this list: a macro rather than a shared inline function, so no code compiled for one
 // ISA level is linked into another.
 #define POLYSTACK_CPU_WEIGHT_TYPES(X) X(F32) X(F16) X(BF16) X(Q8_0) X(Q4_0) X(Q5_0) X(Q4_1) X(Q5_1)
-// The k-quants: scalar kernels (vec_dot_kquants.cpp), AVX2 for Q4_K, Q5_K and Q6_K
+// The k-quants: scalar kernels (vec_dot_kquants.cpp), AVX2 for all of them
 // (vec_dot_kquants_avx2.cpp).
 #define POLYSTACK_CPU_KQUANT_TYPES(X) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K)
 #define POLYSTACK_CPU_KERNEL_CASE(T) \
@@ -56,7 +56,7 @@ const DotKernel* dot_kernel_scalar(DType w);
 const DotKernel* dot_kernel_avx2(DType w);
 const DotKernel* dot_kernel_avx512(DType w);
 const DotKernel* dot_kernel_kquants(DType w);       // scalar; part of the scalar level
-const DotKernel* dot_kernel_kquants_avx2(DType w);  // Q4_K, Q5_K, Q6_K; part of the AVX2 level
+const DotKernel* dot_kernel_kquants_avx2(DType w);  // Q2_K .. Q6_K; part of the AVX2 level
 
 // The F32 "conversion" (a copy), shared by every level's float-weight kernels.
 void act_copy_f32(const float* x, void* dst, int64_t n);

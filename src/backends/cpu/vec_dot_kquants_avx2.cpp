@@ -1,14 +1,16 @@
-// AVX2 dot products of Q4_K, Q5_K and Q6_K weight rows with Q8_K activations (the types of
-// the Q4_K_M and Q5_K_M mixes). Each 32 weights meet 32 activations in one vpmaddubsw (weights as
-// unsigned bytes, activations signed) and one vpmaddwd that also applies the sub-block scales,
-// so a super-block's sum stays in int32 lanes until one conversion and one FMA with its scale.
-// Q6_K's levels are stored with +32; the offset comes off through the activation sums Q8_K
-// keeps per 16, as Q4_K's mins do. Compiled with -mavx2 -mfma -mf16c (see vec_dot_avx2.cpp).
+// AVX2 dot products of k-quant weight rows (Q2_K .. Q6_K) with Q8_K activations. Each 32 weights
+// meet 32 activations in one vpmaddubsw (weights as unsigned bytes, activations signed) and one
+// vpmaddwd that also applies the sub-block scales, so a super-block's sum stays in int32 lanes
+// until one conversion and one FMA with its scale. Q6_K's levels are stored with +32 and Q3_K's
+// with +4; the offsets come off through the activation sums Q8_K keeps per 16, as Q2_K's and Q4_K's
+// mins do. Compiled with -mavx2 -mfma -mf16c (see vec_dot_avx2.cpp).
 #include "backends/cpu/vec_dot.h"
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "backends/cpu/simd_avx2.h"
 #include "core/kquants.h"
@@ -65,6 +67,61 @@ float dot_k4(int64_t n, const void* wv, const void* av) {
   return hsum(acc) - mins;
 }
 
+// Q2_K and Q3_K: 2-bit levels, element 128 h + 32 k + l in bits 2k of qs byte 32 h + l
+// (sub-blocks 8 h + 2 k and + 1). Q2_K subtracts a min per sub-block; Q3_K adds a high bit
+// per element (bit 4 h + k of hmask byte l; clear means -4) and has signed 6-bit scales.
+template <typename Block>
+float dot_k2(int64_t n, const void* wv, const void* av) {
+  constexpr bool q3 = std::is_same_v<Block, BlockQ3_K>;
+  const auto* w = static_cast<const Block*>(wv);
+  const auto* a = static_cast<const BlockQ8_K*>(av);
+  const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    int16_t sc[16];
+    int32_t offset = 0;  // Q2_K: sum of min * activation sum; Q3_K: of 4 * scale * sum
+    if constexpr (q3) {
+      uint8_t raw[16];
+      kquants::unpack_q3_k_scales(w[b].scales, raw);
+      for (int s = 0; s < 16; ++s) {
+        sc[s] = int16_t(raw[s] - 32);
+        offset += 4 * sc[s] * a[b].bsums[s];
+      }
+    } else {
+      for (int s = 0; s < 16; ++s) {
+        sc[s] = int16_t(w[b].scales[s] & 0xF);
+        offset += (w[b].scales[s] >> 4) * a[b].bsums[s];
+      }
+    }
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (q3) hm = load32(w[b].hmask);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = load32(w[b].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
+        if constexpr (q3)
+          q = _mm256_or_si256(
+              q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one), 2));
+        const int s = 8 * h + 2 * k;
+        isum = _mm256_add_epi32(
+            isum, scaled_dot(q, load32(a[b].qs + 128 * h + 32 * k), sc[s], sc[s + 1]));
+      }
+    }
+    if constexpr (q3) {
+      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                            _mm256_set1_ps(half_to_float(w[b].d) * a[b].d), acc);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                            _mm256_set1_ps(half_to_float(w[b].d) * a[b].d), acc);
+      mins += half_to_float(w[b].dmin) * a[b].d * float(offset);
+    }
+  }
+  return hsum(acc) - mins;
+}
+
 float dot_q6_k(int64_t n, const void* wv, const void* av) {
   const auto* w = static_cast<const BlockQ6_K*>(wv);
   const auto* a = static_cast<const BlockQ8_K*>(av);
@@ -103,6 +160,8 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
 
 void act_q8_k(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_K, x, dst, n); }
 
+constexpr DotKernel kQ2_K{DType::Q8_K, act_q8_k, dot_k2<BlockQ2_K>};
+constexpr DotKernel kQ3_K{DType::Q8_K, act_q8_k, dot_k2<BlockQ3_K>};
 constexpr DotKernel kQ4_K{DType::Q8_K, act_q8_k, dot_k4<BlockQ4_K, false>};
 constexpr DotKernel kQ5_K{DType::Q8_K, act_q8_k, dot_k4<BlockQ5_K, true>};
 constexpr DotKernel kQ6_K{DType::Q8_K, act_q8_k, dot_q6_k};
@@ -111,6 +170,10 @@ constexpr DotKernel kQ6_K{DType::Q8_K, act_q8_k, dot_q6_k};
 
 const DotKernel* dot_kernel_kquants_avx2(DType w) {
   switch (w) {
+    case DType::Q2_K:
+      return &kQ2_K;
+    case DType::Q3_K:
+      return &kQ3_K;
     case DType::Q4_K:
       return &kQ4_K;
     case DType::Q5_K:
