@@ -22,6 +22,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/kquants.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
 #include "guarded_bytes.h"
@@ -34,12 +35,51 @@ using cpu::BlockQ8_1;
 using cpu::DotKernel;
 using cpu::GemmKernel;
 
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                              DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
 const int64_t kRows[] = {37, 64, 131};
 const int64_t kColumns[] = {2, 3, 5, 17, 64};
-const int64_t kQuantLengths[] = {32 * 7, 4096 + 32};
-const int64_t kFloatLengths[] = {83, 1001};
+
+// Row lengths: odd numbers of blocks (of 32, or of 256 for the k-quants), and a long row.
+std::vector<int64_t> lengths_for(DType t) {
+  if (block_size(t) == 1) return {83, 1001};
+  if (block_size(t) == QK_K) return {QK_K * 3, 4096 + QK_K};
+  return {32 * 7, 4096 + 32};
+}
+
+// |scale * level| + |min| of each element of a k-quant row: what the kernels' terms add up to
+// per unit of activation.
+std::vector<float> kquant_magnitudes(DType t, const uint8_t* row, int64_t k) {
+  std::vector<float> out(static_cast<size_t>(k));
+  kquants::KLevels L;
+  const size_t bytes = dtype_info(t).block_bytes;
+  for (int64_t b = 0; b < k / QK_K; ++b) {
+    const uint8_t* blk = row + size_t(b) * bytes;
+    switch (t) {
+      case DType::Q2_K:
+        kquants::levels(*reinterpret_cast<const BlockQ2_K*>(blk), L);
+        break;
+      case DType::Q3_K:
+        kquants::levels(*reinterpret_cast<const BlockQ3_K*>(blk), L);
+        break;
+      case DType::Q4_K:
+        kquants::levels(*reinterpret_cast<const BlockQ4_K*>(blk), L);
+        break;
+      case DType::Q5_K:
+        kquants::levels(*reinterpret_cast<const BlockQ5_K*>(blk), L);
+        break;
+      default:
+        kquants::levels(*reinterpret_cast<const BlockQ6_K*>(blk), L);
+        break;
+    }
+    const int size = QK_K / L.subs;
+    for (int i = 0; i < QK_K; ++i)
+      out[size_t(b * QK_K + i)] =
+          std::fabs(L.scale[i / size] * float(L.q[i])) + std::fabs(L.min[i / size]);
+  }
+  return out;
+}
 
 bool has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 
@@ -109,6 +149,7 @@ Problem make_problem(DType t, int64_t k, int64_t n, int64_t m, std::mt19937& rng
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* row = p.w.data() + size_t(r) * p.w_stride;
     dequantize_row(t, row, wd.data(), k);
+    if (block_size(t) == QK_K) wd = kquant_magnitudes(t, row, k);
     if (has_min(t)) {
       const size_t block_bytes = dtype_info(t).block_bytes;
       for (int64_t b = 0; b < k / 32; ++b) {
@@ -186,7 +227,6 @@ TEST_P(GemmLevels, EveryTypeHasATiledKernel) {
     EXPECT_LE(g->cols, cpu::kMaxTileCols) << dtype_name(t);
     for (int j = 0; j < g->cols; ++j) EXPECT_NE(g->tiles[j], nullptr) << dtype_name(t);
   }
-  EXPECT_EQ(cpu::gemm_kernel(DType::Q2_K, GetParam()), nullptr);
 }
 
 // Both paths add the same exact integer block sums scaled by the same float products, in a
@@ -199,8 +239,7 @@ TEST_P(GemmLevels, MatchesRowDotsForEveryTypeAndShape) {
     dots[i] = &cpu::dot_kernel(kWeightTypes[i], GetParam());
   for (size_t ti = 0; ti < std::size(kWeightTypes); ++ti) {
     const DType t = kWeightTypes[ti];
-    const auto& lengths = block_size(t) == 1 ? kFloatLengths : kQuantLengths;
-    for (int64_t k : lengths) {
+    for (int64_t k : lengths_for(t)) {
       for (int64_t n : kRows) {
         for (int64_t m : kColumns) {
           Problem p = make_problem(t, k, n, m, rng);
@@ -233,8 +272,8 @@ TEST_P(GemmLevels, TilesReadNothingPastTheirRowsAndColumns) {
   for (DType t : kWeightTypes) {
     const GemmKernel& g = *cpu::gemm_kernel(t, GetParam());
     const DotKernel& dot = cpu::dot_kernel(t, GetParam());
-    for (int64_t k :
-         block_size(t) == 1 ? std::vector<int64_t>{1, 13, 47} : std::vector<int64_t>{32, 96}) {
+    const int64_t bs = block_size(t);
+    for (int64_t k : bs == 1 ? std::vector<int64_t>{1, 13, 47} : std::vector<int64_t>{bs, 3 * bs}) {
       for (int width = 1; width <= g.cols; ++width) {
         Problem p = make_problem(t, k, g.rows, width, rng);
         SCOPED_TRACE(describe(p));

@@ -21,9 +21,11 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "backends/cpu/simd_avx2.h"
+#include "core/kquants.h"
 
 namespace ps::cpu {
 namespace {
@@ -237,6 +239,185 @@ struct QuantTile {
   }
 };
 
+// ---- k-quant weights ----------------------------------------------------------------------
+
+// A k-quant super-block of one row made ready for C columns of Q8_K activations: the 256
+// levels as 8 vectors of unsigned bytes (vector v meets activations 32 v .. 32 v + 31), the
+// int16 scales of each vector's two halves of 16, and a per-16 term `corr` that meets the
+// activations' per-16 sums: an offset already multiplied by the scale (levels stored with
+// +4 or +32) that comes off in int32, or a min that comes off scaled by dmin.
+struct KSuper {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i corr;  // 16 int16
+  float d, dmin;
+};
+
+__m256i scale_pair(int s0, int s1) {
+  return _mm256_set_m128i(_mm_set1_epi16(int16_t(s1)), _mm_set1_epi16(int16_t(s0)));
+}
+__m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Q4_K and Q5_K: 32 bytes of qs per pair of sub-blocks (low nibbles first), 6-bit scales and
+// mins per 32; Q5_K's fifth bit of element 32 v + l is bit v of qh byte l.
+template <typename Block, bool with_high>
+struct K4Traits {
+  using WBlock = Block;
+  static constexpr bool has_min = true;
+  static void unpack(const Block& x, KSuper& s) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    alignas(32) int16_t mins[16];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      kquants::get_scale_min_k4(j, x.scales, &sc, &m);
+      s.sc[j] = _mm256_set1_epi16(sc);
+      mins[2 * j] = mins[2 * j + 1] = m;
+    }
+    s.corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(mins));
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load32(x.qs + 32 * g);
+      s.q[2 * g] = _mm256_and_si256(q, low4);
+      s.q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    }
+    if constexpr (with_high) {
+      const __m256i qh = load32(x.qh);
+      for (int v = 0; v < 8; ++v)
+        s.q[v] = _mm256_or_si256(
+            s.q[v], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, v), one), 4));
+    }
+    s.d = half_to_float(x.d);
+    s.dmin = half_to_float(x.dmin);
+  }
+};
+
+// Q2_K and Q3_K: element 128 h + 32 k + l in bits 2k of qs byte 32 h + l (vector 4 h + k).
+// Q2_K: 4-bit scales and mins per 16. Q3_K: the high bit is bit 4 h + k of hmask byte l (clear
+// means -4, so levels are stored +4), signed 6-bit scales per 16.
+template <typename Block>
+struct K2Traits {
+  using WBlock = Block;
+  static constexpr bool q3 = std::is_same_v<Block, BlockQ3_K>;
+  static constexpr bool has_min = !q3;
+  static void unpack(const Block& x, KSuper& s) {
+    const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    alignas(32) int16_t sc[16], corr[16];
+    if constexpr (q3) {
+      uint8_t raw[16];
+      kquants::unpack_q3_k_scales(x.scales, raw);
+      for (int j = 0; j < 16; ++j) {
+        sc[j] = int16_t(raw[j] - 32);
+        corr[j] = int16_t(4 * sc[j]);
+      }
+      s.dmin = 0;
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        sc[j] = int16_t(x.scales[j] & 0xF);
+        corr[j] = int16_t(x.scales[j] >> 4);
+      }
+      s.dmin = half_to_float(x.dmin);
+    }
+    s.corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr));
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (q3) hm = load32(x.hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = load32(x.qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
+        if constexpr (q3)
+          q = _mm256_or_si256(
+              q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one), 2));
+        s.q[4 * h + k] = q;
+        s.sc[4 * h + k] = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+      }
+    }
+    s.d = half_to_float(x.d);
+  }
+};
+
+// Q6_K: element 128 h + 32 k + l takes a nibble of ql (byte 64 h + 32 (k % 2) + l, low for
+// k < 2) and bits 2k of qh byte 32 h + l; levels stored +32, signed 8-bit scales per 16.
+struct Q6KTraits {
+  using WBlock = BlockQ6_K;
+  static constexpr bool has_min = false;
+  static void unpack(const BlockQ6_K& x, KSuper& s) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+    alignas(32) int16_t corr[16];
+    for (int j = 0; j < 16; ++j) corr[j] = int16_t(32 * x.scales[j]);
+    s.corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(x.ql + 64 * h), ql1 = load32(x.ql + 64 * h + 32);
+      const __m256i qh = load32(x.qh + 32 * h);
+      s.q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+      s.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                       _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+      s.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                       _mm256_and_si256(qh, bits45));
+      s.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+      for (int k = 0; k < 4; ++k)
+        s.sc[4 * h + k] = scale_pair(x.scales[8 * h + 2 * k], x.scales[8 * h + 2 * k + 1]);
+    }
+    s.d = half_to_float(x.d);
+    s.dmin = 0;
+  }
+};
+
+// R x C outputs over Q8_K activations: each row's super-block is unpacked once for C columns.
+// Per pair, the exact int32 sum of scale x level x activation (minus the stored offset, in
+// int32 as the row dots do) is converted once per super-block and scaled by d_w d_a; min types
+// take dmin_w d_a x (mins . per-16 sums) off separately.
+template <typename T>
+struct KQuantTile {
+  template <int R, int C>
+  static void run(int64_t k, const void* wv, size_t w_stride, const void* av, size_t a_stride,
+                  float* y, size_t y_stride) {
+    using WBlock = typename T::WBlock;
+    const WBlock* w[R];
+    const BlockQ8_K* a[C];
+    for (int r = 0; r < R; ++r)
+      w[r] = reinterpret_cast<const WBlock*>(static_cast<const char*>(wv) + size_t(r) * w_stride);
+    for (int c = 0; c < C; ++c)
+      a[c] =
+          reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+    __m256 acc[C][R];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
+    }
+    const int64_t nb = k / QK_K;
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < R; ++r) {
+        KSuper s;
+        T::unpack(w[r][b], s);
+        __m256i isum[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+        for (int v = 0; v < 8; ++v) {
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m256i pairs = _mm256_maddubs_epi16(s.q[v], load32(a[c][b].qs + 32 * v));
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pairs, s.sc[v]));
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m256i corr = _mm256_madd_epi16(s.corr, load32(a[c][b].bsums));
+          if constexpr (!T::has_min) isum[c] = _mm256_sub_epi32(isum[c], corr);
+          acc[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(s.d * a[c][b].d),
+                                      acc[c][r]);
+          if constexpr (T::has_min)
+            acc[c][r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr),
+                                         _mm256_set1_ps(s.dmin * a[c][b].d), acc[c][r]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) store_column<R>(acc[c], _mm_setzero_ps(), y + size_t(c) * y_stride);
+  }
+};
+
 // tiles[j] = Tile::run<R, j + 1>.
 template <typename Tile, int R, int C>
 constexpr GemmKernel make_kernel() {
@@ -255,12 +436,20 @@ constexpr GemmKernel kQ4_0 = make_kernel<QuantTile<Q4_0Traits>, kTileRows, kTile
 constexpr GemmKernel kQ5_0 = make_kernel<QuantTile<Q5_0Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ4_1 = make_kernel<QuantTile<Q4_1Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTileCols>();
+constexpr GemmKernel kQ2_K = make_kernel<KQuantTile<K2Traits<BlockQ2_K>>, kTileRows, kTileCols>();
+constexpr GemmKernel kQ3_K = make_kernel<KQuantTile<K2Traits<BlockQ3_K>>, kTileRows, kTileCols>();
+constexpr GemmKernel kQ4_K =
+    make_kernel<KQuantTile<K4Traits<BlockQ4_K, false>>, kTileRows, kTileCols>();
+constexpr GemmKernel kQ5_K =
+    make_kernel<KQuantTile<K4Traits<BlockQ5_K, true>>, kTileRows, kTileCols>();
+constexpr GemmKernel kQ6_K = make_kernel<KQuantTile<Q6KTraits>, kTileRows, kTileCols>();
 
 }  // namespace
 
 const GemmKernel* gemm_kernel_avx2(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    POLYSTACK_CPU_KQUANT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return nullptr;
   }
