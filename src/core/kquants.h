@@ -1,6 +1,7 @@
 #pragma once
 // The k-quant block codecs behind dequantize_row / quantize_row (core/dtype.h).
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -39,7 +40,10 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb);
 // hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales and mins 4-7 take their
 // low 4 bits from bytes 8-11 (scale: low nibble, min: high nibble) and their top 2 bits from the
 // top bits of bytes 0-3 (scales) and 4-7 (mins).
-inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+// These helpers are also called from files built for AVX2: always inlined, so no copy of them
+// built with those flags can stand in for the baseline one at link time.
+[[gnu::always_inline]] inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale,
+                                                    uint8_t* min) {
   if (j < 4) {
     *scale = q[j] & 63;
     *min = q[j + 4] & 63;
@@ -49,10 +53,21 @@ inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* m
   }
 }
 
+// All 8 scales (out[0..7]) and 8 mins (out[8..15]) of a Q4_K / Q5_K block at once, with
+// 32-bit operations on the 12 packed bytes (the same layout as get_scale_min_k4).
+[[gnu::always_inline]] inline void unpack_k4_scales_mins(const uint8_t* q, uint8_t out[16]) {
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  uint32_t b[3];
+  std::memcpy(b, q, 12);
+  const uint32_t u[4] = {b[0] & low6, (b[2] & low4) | (((b[0] >> 6) & low2) << 4), b[1] & low6,
+                         ((b[2] >> 4) & low4) | (((b[1] >> 6) & low2) << 4)};
+  std::memcpy(out, u, 16);
+}
+
 // The 16 scales of a Q3_K block, 6 bits each, as stored (subtract 32 for the signed value):
 // scale j has its low 4 bits in byte j % 8 (low nibble for j < 8, high nibble after) and its
 // top 2 bits in byte 8 + j % 4, at bit 2 * (j / 4).
-inline void unpack_q3_k_scales(const uint8_t* s, uint8_t out[16]) {
+[[gnu::always_inline]] inline void unpack_q3_k_scales(const uint8_t* s, uint8_t out[16]) {
   for (int j = 0; j < 16; ++j) {
     const int low = (s[j % 8] >> (4 * (j / 8))) & 0xF;
     const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;

@@ -55,8 +55,10 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   std::vector<Device*> devices{device_.get()};
   scheduler_ = std::make_unique<Scheduler>(devices, opts.strict);
 
-  const size_t layer_bytes = size_t(p.head_dim * p.n_head_kv) * 2 * size_t(n_ctx_);
+  // Sliding-window layers keep a ring of their window plus one batch (kv_slots).
   for (int64_t l = 0; l < p.n_layer; ++l) {
+    const size_t layer_bytes =
+        size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
     k_cache_.push_back(device_->alloc(layer_bytes));
     v_cache_.push_back(device_->alloc(layer_bytes));
   }
@@ -120,11 +122,12 @@ Tensor* Session::build(Graph& g, std::span<const int32_t> tokens, std::vector<in
   in.n_tokens = T;
   in.all_logits = all_logits;
   for (int64_t l = 0; l < p.n_layer; ++l) {
+    const int64_t slots = kv_slots(p, l, n_ctx_, n_batch_);
     in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, n_ctx_, 1},
+                                {p.head_dim, p.n_head_kv, slots, 1},
                                 k_cache_[size_t(l)]->address()));
     in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, n_ctx_, 1},
+                                {p.head_dim, p.n_head_kv, slots, 1},
                                 v_cache_[size_t(l)]->address()));
   }
   return model_->model->build_graph(g, in);

@@ -209,8 +209,10 @@ Tensor* Graph::copy(Tensor* src, Tensor* dst) {
 Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
                          int32_t window) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
+  const int64_t slots = k_cache->ne[2];
+  const bool holds = n_past + n_tokens <= slots || (window > 0 && window + n_tokens - 1 <= slots);
   if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
-      n_head % k_cache->ne[1] != 0 || n_past + n_tokens > k_cache->ne[2] || window < 0)
+      v_cache->ne[2] != slots || n_head % k_cache->ne[1] != 0 || !holds || window < 0)
     bad_shapes(OpKind::Attention, q, k_cache);
   Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1}, {q, k_cache, v_cache});
   t->iparams[0] = n_past;

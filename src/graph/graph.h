@@ -35,7 +35,9 @@ class Graph {
   // Causal attention of n_tokens queries at positions n_past.. over cache positions
   // [0, n_past + n_tokens). The cache writes for these tokens must come earlier in the graph.
   // window > 0 makes it sliding-window attention: the query at position p sees only positions
-  // (p - window, p].
+  // (p - window, p]. Position j lives in cache slot j % slots (slots = the caches' ne[2]): a
+  // cache that holds every position never wraps; a sliding-window layer's may be a ring of at
+  // least window + n_tokens - 1 slots.
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
                     int32_t window = 0);
 

@@ -56,6 +56,7 @@ class Gemma3Model final : public Model {
       L.post_attn_norm = norm_weight(f, n("post_attention_norm"), p.n_embd);
       L.post_ffw_norm = norm_weight(f, n("post_ffw_norm"), p.n_embd);
       L.sliding = sliding[size_t(l)];
+      p.layer_window.push_back(L.sliding ? window_ : 0);
       layers_.push_back(L);
     }
   }

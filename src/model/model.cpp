@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "core/error.h"
 #include "gguf/gguf.h"
 
@@ -103,21 +106,40 @@ Tensor* Model::norm_weight(const gguf::File& f, const std::string& name, int64_t
   return t;
 }
 
+int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch) {
+  const int64_t window = p.layer_window.empty() ? 0 : p.layer_window[size_t(layer)];
+  return window > 0 ? std::min(n_ctx, window + n_batch - 1) : n_ctx;
+}
+
 Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q,
                                 Tensor* k, Tensor* v, float scale, int32_t window) const {
   const auto& p = params_;
   const int64_t T = in.n_tokens;
   Tensor* kc = in.k_cache[size_t(layer)];
   Tensor* vc = in.v_cache[size_t(layer)];
-  // This batch's slice of the cache: positions [n_past, n_past + T).
-  const int64_t kv_dim = p.head_dim * p.n_head_kv;
-  auto slot = [&](Tensor* cache) {
-    return g.view(cache, {kv_dim, T, 1, 1},
-                  {cache->nb[0], cache->nb[2], cache->nb[2] * T, cache->nb[2] * T},
-                  size_t(in.n_past) * cache->nb[2]);
+  const int64_t kv_dim = p.head_dim * p.n_head_kv, slots = kc->ne[2];
+  // This batch's positions [n_past, n_past + T) go to slots from n_past % slots on, in two runs
+  // where they wrap around the end of a ring.
+  const int64_t first_slot = in.n_past % slots;
+  const int64_t run0 = std::min(T, slots - first_slot);
+  Tensor* k2 = g.reshape(k, {kv_dim, T, 1, 1});
+  auto columns = [&](Tensor* t, int64_t from, int64_t n) {
+    return g.view(t, {kv_dim, n, 1, 1}, {t->nb[0], t->nb[1], t->nb[1] * n, t->nb[1] * n},
+                  size_t(from) * t->nb[1]);
   };
-  g.copy(g.reshape(k, {kv_dim, T, 1, 1}), slot(kc));
-  g.copy(v, slot(vc));
+  auto slots_of = [&](Tensor* cache, int64_t from, int64_t n) {
+    return g.view(cache, {kv_dim, n, 1, 1},
+                  {cache->nb[0], cache->nb[2], cache->nb[2] * n, cache->nb[2] * n},
+                  size_t(from) * cache->nb[2]);
+  };
+  for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}}) {
+    if (run0 == T) {
+      g.copy(src, slots_of(cache, first_slot, T));
+    } else {
+      g.copy(columns(src, 0, run0), slots_of(cache, first_slot, run0));
+      g.copy(columns(src, run0, T - run0), slots_of(cache, 0, T - run0));
+    }
+  }
   Tensor* attn = g.attention(q, kc, vc, in.n_past, scale, window);
   return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
 }

@@ -31,6 +31,9 @@ struct ModelParams {
   float rope_freq_scale = 1.0f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_output = false;
+  // Per layer: the sliding attention window (0: the layer attends to every position). Empty
+  // when no layer has one.
+  std::vector<int64_t> layer_window;
   uint64_t n_params = 0;      // elements of all weights
   uint64_t weight_bytes = 0;  // bytes of all weights as stored
 };
@@ -41,8 +44,10 @@ struct ForwardInputs {
   Tensor* positions = nullptr;  // I32 [n_tokens]
   int32_t n_past = 0;
   int32_t n_tokens = 0;
-  std::vector<Tensor*> k_cache, v_cache;  // per layer [head_dim, n_head_kv, n_ctx]
-  bool all_logits = false;                // else only the last token's
+  // Per layer [head_dim, n_head_kv, slots]: position j in slot j % slots. Layers with a window
+  // may have fewer slots than the context (kv_slots), so their cache is a ring.
+  std::vector<Tensor*> k_cache, v_cache;
+  bool all_logits = false;  // else only the last token's
 };
 
 // The weights of one pre-norm transformer block that llama and its descendants share, under
@@ -88,6 +93,10 @@ class Model {
   std::deque<Tensor> weights_;
   Tensor *tok_embd_ = nullptr, *out_norm_ = nullptr, *output_ = nullptr;
 };
+
+// Cache slots layer l needs for a context of n_ctx positions evaluated n_batch at a time: all
+// of them, or for a sliding-window layer only its window plus the batch.
+int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch);
 
 std::unique_ptr<Model> make_llama_model(const gguf::File& file);
 std::unique_ptr<Model> make_gemma3_model(const gguf::File& file);

@@ -231,6 +231,15 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                             c.tolerance = 1e-4;
                           });
   }
+  // A sliding layer's ring cache: 9 slots for a window of 4 and 5 tokens at positions 20..24,
+  // which wrap around its end (position j in slot j % 9).
+  builders.emplace_back("attention window 4 in a ring of 9 slots", [](Case& c, std::mt19937& rng) {
+    Tensor* q = random_leaf(c, "q", DType::F32, {40, 4, 5, 1}, rng);
+    Tensor* k = random_leaf(c, "k", DType::F16, {40, 2, 9, 1}, rng);
+    Tensor* v = random_leaf(c, "v", DType::F16, {40, 2, 9, 1}, rng);
+    c.out = c.graph.attention(q, k, v, 20, 0.3f, 4);
+    c.tolerance = 1e-4;
+  });
   // A window over several chunks of the GPU kernel, starting mid-chunk.
   builders.emplace_back("attention window 600 over 900 positions", [](Case& c, std::mt19937& rng) {
     Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);

@@ -261,6 +261,37 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
   }
 }
 
+// A sliding-window layer's ring cache: positions live in slot position % slots, and attention
+// over the ring equals attention over a cache that holds every position.
+TEST_P(CpuOps, AttentionOverARingCacheMatchesTheFullCache) {
+  Runner r(GetParam());
+  const int64_t hd = 16, n_head = 4, n_kv = 2, T = 4;
+  const int32_t n_past = 17, window = 5;
+  const int64_t n_full = n_past + T, slots = window + T - 1;
+  auto q = random_floats(size_t(hd * n_head * T), 21);
+  auto kf = random_floats(size_t(hd * n_kv * n_full), 22);
+  auto vf = random_floats(size_t(hd * n_kv * n_full), 23);
+  std::vector<uint16_t> k(kf.size()), v(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+  const size_t row = size_t(hd * n_kv);
+  std::vector<uint16_t> kr(row * size_t(slots)), vr(row * size_t(slots));
+  for (int64_t j = n_full - slots; j < n_full; ++j)
+    for (size_t e = 0; e < row; ++e) {
+      kr[size_t(j % slots) * row + e] = k[size_t(j) * row + e];
+      vr[size_t(j % slots) * row + e] = v[size_t(j) * row + e];
+    }
+  auto run = [&](std::vector<uint16_t>& kc, std::vector<uint16_t>& vc, int64_t n) {
+    Graph g;
+    Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+    Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n, 1}, kc.data());
+    Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n, 1}, vc.data());
+    return r.run(g, g.attention(qt, kt, vt, n_past, 0.3f, window));
+  };
+  const std::vector<float> full = run(k, v, n_full), ring = run(kr, vr, slots);
+  ASSERT_EQ(full.size(), ring.size());
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], ring[i]) << "at " << i;
+}
+
 TEST_P(CpuOps, CopyConvertsIntoAStridedView) {
   Runner r(GetParam());
   const int64_t n = 64, rows = 3, dst_rows = 8;

@@ -1,6 +1,8 @@
 // k-quant quantizers: what quantize -> dequantize loses, per type, on data of several shapes.
 // (Dequantization is checked bit for bit against the gguf package in dtype_oracle_test.cpp;
 // the quantizers follow llama.cpp's reference ones, which the package does not provide.)
+#include "core/kquants.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -161,6 +163,24 @@ TEST(KQuants, SimdDotProductsMatchScalar) {
       }
   }
   EXPECT_EQ(checked, 5) << "every k-quant has an AVX2 kernel";
+}
+
+// The 32-bit unpacking of Q4_K / Q5_K scales and mins agrees with the per-index one on every
+// bit pattern of random 12-byte fields.
+TEST(KQuants, ScaleAndMinUnpackingAgree) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 1000; ++trial) {
+    uint8_t packed[12], all[16];
+    for (uint8_t& b : packed) b = uint8_t(byte(rng));
+    kquants::unpack_k4_scales_mins(packed, all);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      kquants::get_scale_min_k4(j, packed, &sc, &m);
+      ASSERT_EQ(all[j], sc) << "scale " << j;
+      ASSERT_EQ(all[8 + j], m) << "min " << j;
+    }
+  }
 }
 
 }  // namespace

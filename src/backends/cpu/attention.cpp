@@ -1,7 +1,8 @@
 // Causal attention for a batch of queries over the F16 KV cache: scores with the SIMD F16 dot
 // kernel, an exact softmax per (token, head), then the weighted sum of V rows with the SIMD
 // axpy kernel. Grouped-query attention maps n_head / n_kv_head query heads onto each cache
-// head; a sliding window limits each query to the last `window` positions.
+// head; a sliding window limits each query to the last `window` positions, which a ring cache
+// holds at slot position % slots.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@ void attention(Context& ctx, Tensor& node) {
   const int64_t group = n_head / n_kv_head;
   const int32_t n_past = node.iparams[0];
   const int64_t window = node.iparams[2];
+  const int64_t slots = kc.ne[2];  // position j is in slot j % slots
   const float scale = node.fparams[0];
   const DotKernel& kdot = dot_kernel(kc.type, ctx.isa);
   const AxpyFn vaxpy = dot_kernel(vc.type, ctx.isa).axpy;
@@ -41,14 +43,14 @@ void attention(Context& ctx, Tensor& node) {
     acc.assign(size_t(hd), 0.0f);
     float mx = -INFINITY;
     for (int64_t j = first; j < end; ++j) {
-      scores[size_t(j - first)] = kdot.dot(hd, row_ptr(kc, kvh, j), qr) * scale;
+      scores[size_t(j - first)] = kdot.dot(hd, row_ptr(kc, kvh, j % slots), qr) * scale;
       mx = std::max(mx, scores[size_t(j - first)]);
     }
     double sum = 0;
     for (int64_t j = first; j < end; ++j) {
       const float p = std::exp(scores[size_t(j - first)] - mx);
       sum += p;
-      vaxpy(hd, p, row_ptr(vc, kvh, j), acc.data());
+      vaxpy(hd, p, row_ptr(vc, kvh, j % slots), acc.data());
     }
     float* out = reinterpret_cast<float*>(row_ptr(node, h, t));
     const float inv = float(1.0 / sum);

@@ -267,11 +267,11 @@ struct K4Traits {
   static void unpack(const Block& x, KSuper& s) {
     const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     alignas(32) int16_t mins[16];
+    uint8_t sm[16];  // 8 scales, then 8 mins
+    kquants::unpack_k4_scales_mins(x.scales, sm);
     for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      kquants::get_scale_min_k4(j, x.scales, &sc, &m);
-      s.sc[j] = _mm256_set1_epi16(sc);
-      mins[2 * j] = mins[2 * j + 1] = m;
+      s.sc[j] = _mm256_set1_epi16(sm[j]);
+      mins[2 * j] = mins[2 * j + 1] = sm[8 + j];
     }
     s.corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(mins));
     for (int g = 0; g < 4; ++g) {

@@ -36,12 +36,11 @@ float dot_k4(int64_t n, const void* wv, const void* av) {
   __m256 acc = _mm256_setzero_ps();
   float mins = 0;
   for (int64_t b = 0; b < n / QK_K; ++b) {
-    uint8_t sc[8], m[8];
+    uint8_t sm[16];  // 8 scales, then 8 mins
+    kquants::unpack_k4_scales_mins(w[b].scales, sm);
+    const uint8_t* sc = sm;
     int32_t min_sum = 0;
-    for (int j = 0; j < 8; ++j) {
-      kquants::get_scale_min_k4(j, w[b].scales, &sc[j], &m[j]);
-      min_sum += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-    }
+    for (int j = 0; j < 8; ++j) min_sum += sm[8 + j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
     __m256i isum = _mm256_setzero_si256();
     // 32 bytes of qs hold sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles).
     for (int g = 0; g < 4; ++g) {

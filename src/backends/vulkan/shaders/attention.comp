@@ -3,7 +3,7 @@
 // [head_dim, n_kv_head, n_ctx] with grouped-query heads: one workgroup per (head, token), the
 // visible positions in chunks whose scores go through shared memory, and a running (online)
 // softmax so no array of n_ctx scores is needed. iparam = n_past, fparam0 = scale, op = the
-// sliding window (0: none).
+// sliding window (0: none). Position j is in cache slot j % b_ne[2] (a sliding layer's ring).
 // Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -45,7 +45,7 @@ void main() {
     const uint len = min(CHUNK, end - c);
     float cmax = -1.0 / 0.0;
     for (uint j = tid; j < len; j += 64) {
-      const uint krow = p.b_off + kvh * p.b_nb[1] + (c + j) * p.b_nb[2];
+      const uint krow = p.b_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2];
       float s = 0.0;
       for (uint i = 0; i < hd; ++i) s += qs[i] * half_of(krow + i, false);
       s *= p.fparam0;
@@ -65,7 +65,7 @@ void main() {
     for (uint j = 0; j < len; ++j) {
       const float pj = exp(scores[j] - new_m);
       l += pj;
-      const uint vrow = p.v_off + kvh * p.b_nb[1] + (c + j) * p.b_nb[2];
+      const uint vrow = p.v_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2];
       for (uint k = 0; k < MAX_HD / 64; ++k) {
         const uint i = tid + 64 * k;
         if (i < hd) acc[k] += pj * half_of(vrow + i, true);
