@@ -293,6 +293,37 @@ def hostile_files(valid: bytes, lay: Layout, workdir: str,
     return out
 
 
+def gemma3_files(workdir: str) -> list[tuple[str, str, bool]]:
+    """A valid gemma3 model and damage to what only that architecture reads (the sliding
+    window, its layer pattern, the head size, the QK-norm weights): valid GGUF that `run` must
+    refuse with a line naming the key or tensor."""
+    model = os.path.join(workdir, "gemma3-valid.gguf")
+    make_llama_gguf.write_model(model, make_llama_gguf.ModelParams(
+        n_vocab=300, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=96, ctx=64, tied=True,
+        seed=12, arch="gemma3", head_dim_override=24, sliding_window=4, swa_pattern=2))
+    valid = Path(model).read_bytes()
+    lay = read_layout(valid)
+    out = [("gemma3-valid", model, False)]
+
+    def write(name: str, data: bytes) -> None:
+        path = os.path.join(workdir, name + ".gguf")
+        with open(path, "wb") as f:
+            f.write(data)
+        out.append((name, path, False))
+
+    def u32_kv(key: str, value: int) -> bytes:
+        return patched(valid, lay.kvs[key].value_at, "<I", value)
+
+    write("gemma3-sliding-window-huge", u32_kv("gemma3.attention.sliding_window", 2**32 - 1))
+    write("gemma3-swa-pattern-huge", u32_kv("gemma3.attention.sliding_window_pattern", 2**31))
+    write("gemma3-key-length-odd", u32_kv("gemma3.attention.key_length", 23))
+    write("gemma3-value-length-differs", u32_kv("gemma3.attention.value_length", 32))
+    q_norm = next(t for t in lay.tensors if t.name == "blk.1.attn_q_norm.weight")
+    # "blk.1.attn_q_norm.weight" -> "blk.1.attn_q_morm.weight": the weight is missing.
+    write("gemma3-q-norm-missing", replaced(valid, q_norm.name_len_at + 8 + 13, b"m"))
+    return out
+
+
 def flag_cases(model: str, vulkan_present: bool) -> list[Case]:
     """Bad flags on a valid model. Their error lines must also be short enough to read: the
     longest expected here names the model path and one reason."""
@@ -463,6 +494,13 @@ def main() -> int:
             cases += file_cases(name, path)
         for name, path, gguf_level in hostile_files(valid, lay, workdir, every_offset):
             cases += file_cases(name, path, gguf_level)
+        for name, path, gguf_level in gemma3_files(workdir):
+            if name == "gemma3-valid":
+                cases.append(Case("valid gemma3 model: run",
+                                  ["run", "-m", path, "-p", "hi", "-n", "2", "--temp", "0"],
+                                  expect_success=True))
+            else:
+                cases += file_cases(name, path, gguf_level)
         cases += flag_cases(model, vulkan_present)
         if vulkan_present:
             print("note: vulkan:0 is usable here, so '--device vulkan:0' is not an error case")
