@@ -207,55 +207,38 @@ std::vector<std::unique_ptr<Case>> all_cases() {
           c.tolerance = t == DType::F16 ? 1e-3 : 0;
         });
   }
-  for (int64_t hd : {16, 40}) {
-    for (int32_t n_past : {0, 5}) {
-      builders.emplace_back(
-          fmt::format("attention head {} n_past {}", hd, n_past), [=](Case& c, std::mt19937& rng) {
-            const int64_t T = 3, n_head = 4, n_kv = 2, n_ctx = 300;
-            Tensor* q = random_leaf(c, "q", DType::F32, {hd, n_head, T, 1}, rng);
-            Tensor* k = random_leaf(c, "k", DType::F16, {hd, n_kv, n_ctx, 1}, rng);
-            Tensor* v = random_leaf(c, "v", DType::F16, {hd, n_kv, n_ctx, 1}, rng);
-            c.out = c.graph.attention(q, k, v, n_past, 0.3f);
-            c.tolerance = 1e-4;
-          });
-    }
+  // Attention: q [hd, n_head, T] over F16 caches [hd, n_kv, slots] at n_past, with a window.
+  struct AttentionCase {
+    const char* what;
+    int64_t hd, n_head, T, n_kv, slots;
+    int32_t n_past, window;
+    float scale;
+  };
+  const AttentionCase attention_cases[] = {
+      {"head 16, no past", 16, 4, 3, 2, 300, 0, 0, 0.3f},
+      {"head 16, 5 past", 16, 4, 3, 2, 300, 5, 0, 0.3f},
+      {"head 40, no past", 40, 4, 3, 2, 300, 0, 0, 0.3f},
+      {"head 40, 5 past", 40, 4, 3, 2, 300, 5, 0, 0.3f},
+      // Sliding windows: shorter than the cached prefix, and cutting into the batch.
+      {"window 4", 40, 4, 5, 2, 30, 6, 4, 0.3f},
+      {"window 7", 40, 4, 5, 2, 30, 6, 7, 0.3f},
+      // A sliding layer's ring cache: 9 slots for a window of 4 and 5 tokens at positions
+      // 20..24, which wrap around its end (position j in slot j % 9).
+      {"window 4 in a ring of 9 slots", 40, 4, 5, 2, 9, 20, 4, 0.3f},
+      // A window over several chunks of the GPU kernel, starting mid-chunk.
+      {"window 600 over 900 positions", 32, 2, 2, 1, 900, 897, 600, 0.2f},
+      // A long context: more positions than one chunk of the GPU kernel's online softmax.
+      {"over 700 positions", 32, 2, 2, 1, 800, 698, 0, 0.2f},
+  };
+  for (const AttentionCase& a : attention_cases) {
+    builders.emplace_back(fmt::format("attention {}", a.what), [a](Case& c, std::mt19937& rng) {
+      Tensor* q = random_leaf(c, "q", DType::F32, {a.hd, a.n_head, a.T, 1}, rng);
+      Tensor* k = random_leaf(c, "k", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      Tensor* v = random_leaf(c, "v", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      c.out = c.graph.attention(q, k, v, a.n_past, a.scale, a.window);
+      c.tolerance = 1e-4;
+    });
   }
-  // Sliding windows: shorter than the cached prefix, and cutting into the batch.
-  for (int32_t window : {4, 7}) {
-    builders.emplace_back(fmt::format("attention window {}", window),
-                          [=](Case& c, std::mt19937& rng) {
-                            Tensor* q = random_leaf(c, "q", DType::F32, {40, 4, 5, 1}, rng);
-                            Tensor* k = random_leaf(c, "k", DType::F16, {40, 2, 30, 1}, rng);
-                            Tensor* v = random_leaf(c, "v", DType::F16, {40, 2, 30, 1}, rng);
-                            c.out = c.graph.attention(q, k, v, 6, 0.3f, window);
-                            c.tolerance = 1e-4;
-                          });
-  }
-  // A sliding layer's ring cache: 9 slots for a window of 4 and 5 tokens at positions 20..24,
-  // which wrap around its end (position j in slot j % 9).
-  builders.emplace_back("attention window 4 in a ring of 9 slots", [](Case& c, std::mt19937& rng) {
-    Tensor* q = random_leaf(c, "q", DType::F32, {40, 4, 5, 1}, rng);
-    Tensor* k = random_leaf(c, "k", DType::F16, {40, 2, 9, 1}, rng);
-    Tensor* v = random_leaf(c, "v", DType::F16, {40, 2, 9, 1}, rng);
-    c.out = c.graph.attention(q, k, v, 20, 0.3f, 4);
-    c.tolerance = 1e-4;
-  });
-  // A window over several chunks of the GPU kernel, starting mid-chunk.
-  builders.emplace_back("attention window 600 over 900 positions", [](Case& c, std::mt19937& rng) {
-    Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);
-    Tensor* k = random_leaf(c, "k", DType::F16, {32, 1, 900, 1}, rng);
-    Tensor* v = random_leaf(c, "v", DType::F16, {32, 1, 900, 1}, rng);
-    c.out = c.graph.attention(q, k, v, 897, 0.2f, 600);
-    c.tolerance = 1e-4;
-  });
-  // A long context: more positions than one chunk of the GPU kernel's online softmax.
-  builders.emplace_back("attention over 700 positions", [](Case& c, std::mt19937& rng) {
-    Tensor* q = random_leaf(c, "q", DType::F32, {32, 2, 2, 1}, rng);
-    Tensor* k = random_leaf(c, "k", DType::F16, {32, 1, 800, 1}, rng);
-    Tensor* v = random_leaf(c, "v", DType::F16, {32, 1, 800, 1}, rng);
-    c.out = c.graph.attention(q, k, v, 698, 0.2f);
-    c.tolerance = 1e-4;
-  });
   std::vector<std::unique_ptr<Case>> cases;
   std::mt19937 rng(4242);
   for (auto& [name, build] : builders) {

@@ -32,6 +32,13 @@
 namespace ps::cpu {
 namespace {
 
+// out[i] = the i-th of N rows `stride` bytes apart from base, typed.
+template <typename T, int N>
+inline void strided_rows(const T* (&out)[N], const void* base, size_t stride) {
+  for (int i = 0; i < N; ++i)
+    out[i] = reinterpret_cast<const T*>(static_cast<const char*>(base) + size_t(i) * stride);
+}
+
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 4;
 
@@ -65,10 +72,8 @@ struct FloatTile {
     using Elem = typename Load::Elem;
     const Elem* w[R];
     const float* a[C];
-    for (int r = 0; r < R; ++r)
-      w[r] = reinterpret_cast<const Elem*>(static_cast<const char*>(wv) + size_t(r) * w_stride);
-    for (int c = 0; c < C; ++c)
-      a[c] = reinterpret_cast<const float*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+    strided_rows(w, wv, w_stride);
+    strided_rows(a, av, a_stride);
     __m512 acc[C][R];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
@@ -281,10 +286,8 @@ struct QuantTile {
                   float* y, size_t y_stride) {
     const WBlock* w[R];
     const ABlock* a[C];
-    for (int r = 0; r < R; ++r)
-      w[r] = reinterpret_cast<const WBlock*>(static_cast<const char*>(wv) + size_t(r) * w_stride);
-    for (int c = 0; c < C; ++c)
-      a[c] = reinterpret_cast<const ABlock*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+    strided_rows(w, wv, w_stride);
+    strided_rows(a, av, a_stride);
     __m512 acc[C][R];
     __m128 mins[C];  // per column, the m_w * s_a terms of the R rows
 #pragma GCC unroll 8
