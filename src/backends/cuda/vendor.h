@@ -1,0 +1,61 @@
+#pragma once
+// The one place where CUDA and HIP differ in name. The backend's sources are written against
+// CUDA's runtime API; built by hipcc (POLYSTACK_HIP defined), the same names map onto HIP's.
+// Compiled by a host compiler alone (tests of the block decoders), the device qualifiers
+// vanish so that weights.cuh runs on the CPU.
+#if defined(POLYSTACK_HIP)
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaSetDevice hipSetDevice
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaStream_t hipStream_t
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaFuncAttributes hipFuncAttributes
+#define cudaFuncGetAttributes(attr, fn) \
+  hipFuncGetAttributes(attr, reinterpret_cast<const void*>(fn))
+#define cudaRuntimeGetVersion hipRuntimeGetVersion
+#define cudaDriverGetVersion hipDriverGetVersion
+
+// Wavefronts are 64 lanes on GCN and CDNA, 32 on RDNA: each target's code is compiled with its
+// own width, and the host launches with the width the device reports.
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define PS_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define PS_WARP_SIZE 64
+#endif
+#define PS_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#define PS_VENDOR "AMD"
+
+#elif defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define PS_WARP_SIZE 32
+#define PS_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#define PS_VENDOR "NVIDIA"
+
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PS_HD __host__ __device__
+#else
+#define PS_HD
+#endif
