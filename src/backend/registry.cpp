@@ -251,6 +251,28 @@ DeviceChoice Registry::choose_default() {
   return c;
 }
 
+std::string plugin_load_failure(std::string_view plugin, std::string_view err) {
+  // glibc: "<library>: cannot open shared object file: No such file or directory"
+  constexpr std::string_view kMissing = ": cannot open shared object file";
+  const size_t at = err.find(kMissing);
+  if (at == std::string_view::npos)
+    return fmt::format("plugin {} could not be loaded: {}", plugin, err);
+  const std::string_view lib = err.substr(0, at);
+  struct Hint {
+    std::string_view prefix, what;
+  };
+  static constexpr Hint kHints[] = {
+      {"libamdhip64", "the ROCm HIP runtime; Debian and Ubuntu: libamdhip64-5, or AMD's ROCm"},
+      {"libhsa-runtime64", "the ROCm runtime; Debian and Ubuntu: libhsa-runtime64-1"},
+      {"libOpenCL", "the OpenCL ICD loader; Debian and Ubuntu: ocl-icd-libopencl1"},
+      {"libvulkan", "the Vulkan loader; Debian and Ubuntu: libvulkan1"},
+  };
+  for (const Hint& h : kHints)
+    if (lib.starts_with(h.prefix))
+      return fmt::format("plugin {} needs {}, which is not installed ({})", plugin, lib, h.what);
+  return fmt::format("plugin {} needs {}, which is not installed", plugin, lib);
+}
+
 void load_backend_plugins(Registry& registry, const std::string& dir) {
   for (Api api : kAllApis) {
     if (api == Api::Cpu) continue;
@@ -261,8 +283,8 @@ void load_backend_plugins(Registry& registry, const std::string& dir) {
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* err = dlerror();
-      registry.note_unavailable(api, fmt::format("plugin {} could not be loaded: {}",
-                                                 path.filename().string(), err ? err : "?"));
+      registry.note_unavailable(api,
+                                plugin_load_failure(path.filename().string(), err ? err : "?"));
       continue;
     }
     auto create = reinterpret_cast<BackendCreateFn>(dlsym(handle, kBackendCreateSymbol));

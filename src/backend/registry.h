@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -42,6 +43,10 @@ class Registry {
   std::vector<ProbeReport> reports_;
   bool probed_ = false;
 };
+
+// Why a plugin could not be loaded, from dlopen's message: a missing library the plugin needs
+// is named with what provides it (the ROCm runtime for HIP, ...).
+std::string plugin_load_failure(std::string_view plugin, std::string_view dlopen_error);
 
 // Loads backend plugins (libpolystack-backend-<api>.so) from `dir` into `registry`.
 void load_backend_plugins(Registry& registry, const std::string& dir);

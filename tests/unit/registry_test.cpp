@@ -135,5 +135,18 @@ TEST(Registry, LoadsPluginsAndReportsBrokenOnes) {
   EXPECT_EQ(r.choose_default().device_id, "opencl:0");
 }
 
+TEST(Registry, NamesTheLibraryAPluginLacks) {
+  EXPECT_EQ(plugin_load_failure("libpolystack-backend-hip.so",
+                                "libamdhip64.so.5: cannot open shared object file: No such file "
+                                "or directory"),
+            "plugin libpolystack-backend-hip.so needs libamdhip64.so.5, which is not installed "
+            "(the ROCm HIP runtime; Debian and Ubuntu: libamdhip64-5, or AMD's ROCm)");
+  EXPECT_EQ(plugin_load_failure("libpolystack-backend-x.so",
+                                "libfoo.so.2: cannot open shared object file: No such file"),
+            "plugin libpolystack-backend-x.so needs libfoo.so.2, which is not installed");
+  EXPECT_EQ(plugin_load_failure("libpolystack-backend-x.so", "invalid ELF header"),
+            "plugin libpolystack-backend-x.so could not be loaded: invalid ELF header");
+}
+
 }  // namespace
 }  // namespace ps

@@ -18,10 +18,11 @@ std::optional<int> parse_int(std::string_view s) {
   return v;
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
+// Parts of s between any of the separators, trimmed, empty ones dropped.
+std::vector<std::string_view> split(std::string_view s, std::string_view seps) {
   std::vector<std::string_view> out;
   while (!s.empty()) {
-    const size_t at = s.find(sep);
+    const size_t at = s.find_first_of(seps);
     std::string_view part = s.substr(0, at);
     while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front())))
       part.remove_prefix(1);
@@ -45,7 +46,7 @@ std::string sm(int arch) { return fmt::format("sm_{}", arch); }
 
 std::optional<CudaTargets> parse_cuda_architectures(std::string_view list) {
   CudaTargets t;
-  for (std::string_view e : split(list, ';')) {
+  for (std::string_view e : split(list, ";,")) {
     bool real = true, virt = true;
     if (e.ends_with("-real")) {
       virt = false;
@@ -122,7 +123,7 @@ std::string parse_nvidia_driver_version(std::string_view text) {
   if (at == std::string_view::npos) return {};
   std::string_view line = text.substr(at + 6);
   line = line.substr(0, line.find('\n'));
-  for (std::string_view tok : split(line, ' ')) {
+  for (std::string_view tok : split(line, " ")) {
     const bool version = std::isdigit(static_cast<unsigned char>(tok.front())) &&
                          tok.find('.') != std::string_view::npos &&
                          std::all_of(tok.begin(), tok.end(), [](char ch) {
@@ -196,7 +197,7 @@ DeviceInfo describe_cuda_device(const CudaDeviceFacts& f, const CudaTargets& bui
 
 std::vector<std::string> parse_hip_targets(std::string_view list) {
   std::vector<std::string> out;
-  for (std::string_view e : split(list, ';')) out.emplace_back(e);
+  for (std::string_view e : split(list, ";,")) out.emplace_back(e);
   return out;
 }
 

@@ -23,7 +23,7 @@ struct CudaTargets {
 };
 
 // CMake's CUDA_ARCHITECTURES syntax: "90" (machine code and PTX), "90-real" (machine code),
-// "90-virtual" (PTX), separated by ';'. nullopt for an entry that is none of these.
+// "90-virtual" (PTX), separated by ';' or ','. nullopt for an entry that is none of these.
 std::optional<CudaTargets> parse_cuda_architectures(std::string_view list);
 
 // How a device of compute capability cc (x 10) runs this build's kernels.
@@ -67,7 +67,7 @@ DeviceInfo describe_cuda_device(const CudaDeviceFacts& f, const CudaTargets& bui
 
 // --- HIP --------------------------------------------------------------------------------------
 
-// ';'-separated gfx targets ("gfx906;gfx90a;gfx1030").
+// gfx targets separated by ';' or ',' ("gfx906;gfx90a;gfx1030").
 std::vector<std::string> parse_hip_targets(std::string_view list);
 // "gfx90a:sramecc+:xnack-" -> "gfx90a".
 std::string hip_base_arch(std::string_view gcn_arch_name);

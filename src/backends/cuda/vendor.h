@@ -3,6 +3,7 @@
 // CUDA's runtime API; built by hipcc (POLYSTACK_HIP defined), the same names map onto HIP's.
 // Compiled by a host compiler alone (tests of the block decoders), the device qualifiers
 // vanish so that weights.cuh runs on the CPU.
+// Files: *.cu hold kernels and include no fmt; *.cpp are host code (device, probe, backend).
 #if defined(POLYSTACK_HIP)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
@@ -51,6 +52,11 @@
 #define PS_WARP_SIZE 32
 #define PS_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
 #define PS_VENDOR "NVIDIA"
+
+#elif defined(POLYSTACK_CUDA)
+// Host sources of the CUDA plugin (compiled by the host compiler: nvcc's front end cannot take
+// fmt's compile-time format checks, so the kernel files stay free of fmt).
+#include <cuda_runtime_api.h>
 
 #endif
 

@@ -1,0 +1,78 @@
+// Causal attention of a batch of queries over the F16 KV cache, fused: one block per (head,
+// token). Positions are taken in chunks of one per thread: each thread scores one position,
+// the block keeps a running maximum and sum (online softmax), and each thread accumulates the
+// weighted V values of its own output dimensions. Grouped-query heads map onto cache heads as
+// on the CPU; a sliding window limits each query to its last `window` positions, and position j
+// lives in slot j % slots (ring caches).
+#include "backends/cuda/kernels.h"
+
+namespace ps::gpu {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kDimsPerThread = int(kMaxHeadDim / kThreads);
+
+__global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, int window,
+                                 float scale) {
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float p[kThreads];
+  __shared__ float scratch[kThreads / 32 + 1];
+  const int64_t h = blockIdx.x, t = blockIdx.y;
+  const int64_t hd = q.ne[0], group = q.ne[1] / kc.ne[1], kvh = h / group, slots = kc.ne[2];
+  const int tid = int(threadIdx.x);
+  const float* qr = reinterpret_cast<const float*>(row_at(q, h, t, 0));
+  for (int64_t i = tid; i < hd; i += kThreads) qs[i] = qr[i];
+  __syncthreads();
+  const int64_t end = n_past + t + 1;
+  const int64_t first = window > 0 ? imax<int64_t>(0, end - window) : 0;
+  float acc[kDimsPerThread];
+  for (int i = 0; i < kDimsPerThread; ++i) acc[i] = 0.0f;
+  float run_max = -INFINITY, run_sum = 0.0f;
+  for (int64_t c0 = first; c0 < end; c0 += kThreads) {
+    const int64_t j = c0 + tid;
+    float s = -INFINITY;
+    if (j < end) {
+      const __half* kr = reinterpret_cast<const __half*>(row_at(kc, kvh, j % slots, 0));
+      float dot = 0.0f;
+      for (int64_t i = 0; i < hd; ++i) dot += __half2float(kr[i]) * qs[i];
+      s = dot * scale;
+    }
+    const float new_max = fmaxf(run_max, block_reduce<true>(s, scratch));
+    const float e = j < end ? expf(s - new_max) : 0.0f;
+    p[tid] = e;
+    const float chunk_sum = block_reduce<false>(e, scratch);  // also orders the writes to p
+    const float correction = expf(run_max - new_max);
+    run_sum = run_sum * correction + chunk_sum;
+    run_max = new_max;
+    const int64_t n = imin<int64_t>(kThreads, end - c0);
+    for (int i = 0; i < kDimsPerThread; ++i) {
+      const int64_t dim = tid + int64_t(i) * kThreads;
+      if (dim >= hd) break;
+      float a = acc[i] * correction;
+      for (int64_t jj = 0; jj < n; ++jj)
+        a += p[jj] * __half2float(reinterpret_cast<const __half*>(
+                         row_at(vc, kvh, (c0 + jj) % slots, 0))[dim]);
+      acc[i] = a;
+    }
+    __syncthreads();  // p is rewritten by the next chunk
+  }
+  float* out = reinterpret_cast<float*>(row_at(d, h, t, 0));
+  const float inv = 1.0f / run_sum;
+  for (int i = 0; i < kDimsPerThread; ++i) {
+    const int64_t dim = tid + int64_t(i) * kThreads;
+    if (dim < hd) out[dim] = acc[i] * inv;
+  }
+}
+
+}  // namespace
+
+void attention(const Launch& l, const Tensor& node) {
+  const Tensor& q = *node.src[0];
+  const dim3 grid(unsigned(q.ne[1]), unsigned(q.ne[2]));
+  attention_kernel<<<grid, kThreads, 0, l.stream>>>(
+      view_of(q), view_of(*node.src[1]), view_of(*node.src[2]), view_of(node), node.iparams[0],
+      node.iparams[2], node.fparams[0]);
+  check_launch("attention");
+}
+
+}  // namespace ps::gpu

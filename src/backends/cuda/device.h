@@ -1,0 +1,66 @@
+#pragma once
+// One CUDA (or HIP) device: buffers in device memory, one stream that execute() queues every
+// kernel on without waiting, and synchronize() to wait for them. Tensor::data of a tensor in a
+// device buffer is its device address.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "backends/cuda/common.cuh"
+
+namespace ps::gpu {
+
+class GpuDevice;
+
+class GpuBuffer final : public Buffer {
+ public:
+  GpuBuffer(GpuDevice& dev, size_t bytes);
+  ~GpuBuffer() override;
+  size_t size() const override { return size_; }
+  void* host_ptr() override { return nullptr; }
+  void* address() override { return ptr_; }
+  // Ordered with the kernels queued on the device's stream; returns when the copy is done.
+  void write(size_t offset, const void* src, size_t n) override;
+  void read(size_t offset, void* dst, size_t n) const override;
+
+ private:
+  GpuDevice& dev_;
+  size_t size_;
+  void* ptr_ = nullptr;
+};
+
+class GpuDevice final : public Device {
+ public:
+  // ordinal: the runtime's device index; throws BackendError when the device cannot be used.
+  GpuDevice(DeviceInfo info, int ordinal);
+  ~GpuDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  std::string unsupported_reason(const Tensor& node) const override;
+  bool reads_host_memory() const override { return false; }
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  bool owns(const void* data) const override;
+  void execute(std::span<Tensor* const> nodes) override;
+  void synchronize() override;
+
+  // For buffers.
+  void activate() const;  // makes this device current for the calling thread
+  cudaStream_t stream() const { return stream_; }
+  // Throws BackendError naming the device and what failed when e is not cudaSuccess.
+  void check(cudaError_t e, const char* what) const;
+  void register_buffer(void* ptr, size_t bytes);
+  void unregister_buffer(void* ptr);
+
+ private:
+  DeviceInfo info_;
+  int ordinal_;
+  int warp_ = 32;
+  cudaStream_t stream_ = nullptr;
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> buffers_;  // base address -> bytes
+};
+
+}  // namespace ps::gpu

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The CUDA and HIP plugins' probes through `polystack devices` and `run --device`.
+
+- The CUDA plugin links the CUDA runtime statically and never libcuda: it loads on any machine.
+  Without an NVIDIA driver its report says exactly that (libcuda.so.1 not found); with one, it
+  lists each GPU with its architecture and whether this build holds code for it.
+- The HIP plugin links the ROCm runtime. Without an AMD GPU (no /dev/kfd) its report says so.
+  A copy of the plugin whose runtime library is missing (its DT_NEEDED entry renamed) is
+  reported as needing that library, named, with where it comes from.
+- `run --device cuda:0` / `hip:0` on a machine without the device fails with one error line
+  naming the reason; it never runs elsewhere silently.
+
+Exits 77 (skipped) when neither plugin was built next to the binary.
+"""
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+
+
+def devices(binary: str) -> dict:
+    out = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"devices --json failed ({out.returncode}): {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+def api_report(report: dict, api: str) -> dict:
+    return next(a for a in report["apis"] if a["api"] == api)
+
+
+def needed_libraries(path: str) -> list:
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True)
+    return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines()
+            if "(NEEDED)" in line]
+
+
+def loadable(lib: str) -> bool:
+    try:
+        ctypes.CDLL(lib)
+        return True
+    except OSError:
+        return False
+
+
+def run_on(binary: str, device: str, model: str) -> subprocess.CompletedProcess:
+    return subprocess.run([binary, "run", "-m", model, "--device", device, "-p", "Once", "-n", "4"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    bindir = os.path.dirname(os.path.abspath(args.bin))
+    cuda_plugin = os.path.join(bindir, "libpolystack-backend-cuda.so")
+    hip_plugin = os.path.join(bindir, "libpolystack-backend-hip.so")
+    if not os.path.exists(cuda_plugin) and not os.path.exists(hip_plugin):
+        print("skipped: neither the CUDA nor the HIP plugin was built")
+        return SKIP
+    have_model = os.path.exists(args.model)
+    problems = []
+    report = devices(args.bin)
+    listed = report["devices"]
+
+    def expect_run_refused(device: str, reason: str):
+        if not have_model:
+            print(f"note: {args.model} absent, `run --device {device}` not checked")
+            return
+        r = run_on(args.bin, device, args.model)
+        lines = r.stderr.strip().splitlines()
+        print(f"run --device {device}: rc={r.returncode} stderr={r.stderr.strip()!r}")
+        if r.returncode == 0 or r.stdout.strip():
+            problems.append(f"run --device {device} ran without the device")
+        want = f"polystack: error: device '{device}' is not available: {reason}"
+        if lines != [want]:
+            problems.append(f"run --device {device}: expected one line {want!r}, got {lines!r}")
+
+    if os.path.exists(cuda_plugin):
+        needed = needed_libraries(cuda_plugin)
+        print(f"cuda plugin needs: {needed}")
+        for lib in needed:
+            if lib.startswith("libcuda.so") or lib.startswith("libcudart"):
+                problems.append(f"the CUDA plugin links {lib}: it must load without a driver")
+        api = api_report(report, "cuda")
+        print(f"cuda: built={api['built']} devices={api['devices']} reason={api['reason']!r}")
+        if not api["built"]:
+            problems.append("the CUDA plugin exists but is not reported as built")
+        if not loadable("libcuda.so.1"):
+            want = ("no NVIDIA driver: libcuda.so.1 not found (the CUDA toolkit does not provide "
+                    "it; install the NVIDIA driver)")
+            if api["reason"] != want or api["devices"] != 0:
+                problems.append(f"cuda without a driver: expected {want!r}, got {api['reason']!r}")
+            expect_run_refused("cuda:0", want)
+        else:
+            cuda_devices = [d for d in listed if d["api"] == "cuda"]
+            if not cuda_devices and not api["reason"]:
+                problems.append("a driver is present but neither a device nor a reason is reported")
+            for d in cuda_devices:
+                print(f"  {d['id']}: {d['name']} {d.get('architecture')} {d.get('facts')}")
+                facts = dict(d.get("facts") or [])
+                if not d.get("architecture", "").startswith("sm_"):
+                    problems.append(f"{d['id']}: no sm_ architecture")
+                if "kernels in this build" not in facts:
+                    problems.append(f"{d['id']}: the report does not say whether it has kernels")
+
+    if os.path.exists(hip_plugin):
+        api = api_report(report, "hip")
+        print(f"hip: built={api['built']} devices={api['devices']} reason={api['reason']!r}")
+        runtime = next((lib for lib in needed_libraries(hip_plugin) if lib.startswith("libamdhip64")),
+                       None)
+        if runtime is None:
+            problems.append("the HIP plugin does not link the ROCm runtime (libamdhip64)")
+        elif not os.path.exists("/dev/kfd") and api["built"]:
+            want = "no AMD GPU: /dev/kfd is missing (the amdgpu kernel driver is not loaded here)"
+            if api["reason"] != want:
+                problems.append(f"hip without /dev/kfd: expected {want!r}, got {api['reason']!r}")
+            expect_run_refused("hip:0", want)
+        if runtime is not None:
+            # The plugin beside a copy of the binary, its runtime library renamed to one that
+            # exists nowhere (same length, so the ELF file stays valid).
+            missing = runtime[:-1] + ("9" if runtime[-1] != "9" else "8")
+            with tempfile.TemporaryDirectory() as tmp:
+                binary = os.path.join(tmp, "polystack")
+                shutil.copy2(args.bin, binary)
+                data = open(hip_plugin, "rb").read()
+                old = runtime.encode() + b"\0"
+                if data.count(old) < 1:
+                    problems.append(f"cannot find {runtime} in the plugin's strings")
+                else:
+                    with open(os.path.join(tmp, "libpolystack-backend-hip.so"), "wb") as f:
+                        f.write(data.replace(old, missing.encode() + b"\0"))
+                    api = api_report(devices(binary), "hip")
+                    print(f"hip without its runtime: built={api['built']} reason={api['reason']!r}")
+                    want = (f"plugin libpolystack-backend-hip.so needs {missing}, which is not "
+                            "installed (the ROCm HIP runtime; Debian and Ubuntu: libamdhip64-5, "
+                            "or AMD's ROCm)")
+                    if api["built"] or api["reason"] != want:
+                        problems.append(f"hip without its runtime: expected {want!r}, "
+                                        f"got {api['reason']!r}")
+
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
