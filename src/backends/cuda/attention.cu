@@ -69,9 +69,9 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, i
 void attention(const Launch& l, const Tensor& node) {
   const Tensor& q = *node.src[0];
   const dim3 grid(unsigned(q.ne[1]), unsigned(q.ne[2]));
-  attention_kernel<<<grid, kThreads, 0, l.stream>>>(
-      view_of(q), view_of(*node.src[1]), view_of(*node.src[2]), view_of(node), node.iparams[0],
-      node.iparams[2], node.fparams[0]);
+  PS_LAUNCH(attention_kernel, grid, kThreads, l.stream, view_of(q), view_of(*node.src[1]),
+            view_of(*node.src[2]), view_of(node), node.iparams[0], node.iparams[2],
+            node.fparams[0]);
   check_launch("attention");
 }
 

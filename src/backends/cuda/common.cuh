@@ -46,7 +46,7 @@ inline unsigned blocks_for(int64_t n, int per_block, int64_t cap = 65535LL * 16)
   return unsigned(b < 1 ? 1 : b > cap ? cap : b);
 }
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(PS_DEVICE_CODE)
 
 __device__ inline char* row_at(const View& v, int64_t i1, int64_t i2, int64_t i3) {
   return v.data + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];

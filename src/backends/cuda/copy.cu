@@ -27,9 +27,9 @@ void copy(const Launch& l, const Tensor& node) {
   const Tensor& dst = *node.src[1];
   const int64_t n = src.n_elements();
   if (dst.type == DType::F16)
-    copy_kernel<true><<<blocks_for(n, 256), 256, 0, l.stream>>>(view_of(src), view_of(dst), n);
+    PS_LAUNCH(copy_kernel<true>, blocks_for(n, 256), 256, l.stream, view_of(src), view_of(dst), n);
   else
-    copy_kernel<false><<<blocks_for(n, 256), 256, 0, l.stream>>>(view_of(src), view_of(dst), n);
+    PS_LAUNCH(copy_kernel<false>, blocks_for(n, 256), 256, l.stream, view_of(src), view_of(dst), n);
   check_launch("copy");
 }
 

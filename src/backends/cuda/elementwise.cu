@@ -74,8 +74,8 @@ void elementwise(const Launch& l, const Tensor& node) {
   const Tensor& a = *node.src[0];
   const View b = view_of(node.src[1] ? *node.src[1] : a);
   const int64_t n = a.n_elements();
-  elementwise_kernel<<<blocks_for(n, 256), 256, 0, l.stream>>>(view_of(a), b, view_of(node), op,
-                                                               node.fparams[0], n);
+  PS_LAUNCH(elementwise_kernel, blocks_for(n, 256), 256, l.stream, view_of(a), b, view_of(node), op,
+            node.fparams[0], n);
   check_launch("elementwise");
 }
 

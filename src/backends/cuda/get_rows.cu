@@ -25,8 +25,8 @@ void get_rows(const Launch& l, const Tensor& node) {
   const Tensor& table = *node.src[0];
   const Tensor& ids = *node.src[1];
   with_weight_type(table.type, [&]<DType T>() {
-    get_rows_kernel<T><<<unsigned(ids.ne[0]), 64, 0, l.stream>>>(
-        view_of(table), static_cast<const int32_t*>(ids.data), view_of(node));
+    PS_LAUNCH(get_rows_kernel<T>, unsigned(ids.ne[0]), 64, l.stream, view_of(table),
+              static_cast<const int32_t*>(ids.data), view_of(node));
   });
   check_launch("get_rows");
 }

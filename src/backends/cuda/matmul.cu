@@ -95,7 +95,8 @@ template <DType T, int C>
 void launch_vec(const Launch& l, const View& w, const View& x, const View& d, int cols) {
   const int rows_per_block = kVecThreads / l.warp;
   const int64_t blocks = (w.ne[1] + rows_per_block - 1) / rows_per_block;
-  matmul_vec_kernel<T, C><<<unsigned(blocks), kVecThreads, 0, l.stream>>>(w, x, d, cols);
+  auto* kernel = &matmul_vec_kernel<T, C>;
+  PS_LAUNCH(kernel, unsigned(blocks), kVecThreads, l.stream, w, x, d, cols);
 }
 
 }  // namespace
@@ -108,7 +109,7 @@ void matmul(const Launch& l, const Tensor& node) {
   with_weight_type(wt.type, [&]<DType T>() {
     if (m > kVecMaxCols) {
       const dim3 grid(unsigned((w.ne[1] + kTile - 1) / kTile), unsigned((m + kTile - 1) / kTile));
-      matmul_tile_kernel<T><<<grid, kTileThreads, 0, l.stream>>>(w, view_of(xt), d);
+      PS_LAUNCH(matmul_tile_kernel<T>, grid, kTileThreads, l.stream, w, view_of(xt), d);
       return;
     }
     // Up to 8 activation rows in one pass; the kernel's column count rounded up to a power

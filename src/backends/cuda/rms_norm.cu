@@ -23,8 +23,8 @@ __global__ void rms_norm_kernel(View x, View d, float eps) {
 
 void rms_norm(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
-  rms_norm_kernel<<<unsigned(x.n_rows()), kThreads, 0, l.stream>>>(view_of(x), view_of(node),
-                                                                   node.fparams[0]);
+  PS_LAUNCH(rms_norm_kernel, unsigned(x.n_rows()), kThreads, l.stream, view_of(x), view_of(node),
+            node.fparams[0]);
   check_launch("rms_norm");
 }
 

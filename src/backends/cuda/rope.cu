@@ -35,10 +35,10 @@ __global__ void rope_kernel(View x, View d, const int32_t* pos, int n_rot, bool 
 void rope(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
   const int64_t n = x.ne[0] * x.ne[1] * x.ne[2];
-  rope_kernel<<<blocks_for(n, 256), 256, 0, l.stream>>>(
-      view_of(x), view_of(node), static_cast<const int32_t*>(node.src[1]->data), node.iparams[0],
-      RopeMode(node.iparams[1]) == RopeMode::NeoX, double(node.fparams[0]), double(node.fparams[1]),
-      n);
+  PS_LAUNCH(rope_kernel, blocks_for(n, 256), 256, l.stream, view_of(x), view_of(node),
+            static_cast<const int32_t*>(node.src[1]->data), node.iparams[0],
+            RopeMode(node.iparams[1]) == RopeMode::NeoX, double(node.fparams[0]),
+            double(node.fparams[1]), n);
   check_launch("rope");
 }
 

@@ -32,8 +32,8 @@ __global__ void softmax_kernel(View x, View d, float scale, int causal) {
 
 void softmax(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
-  softmax_kernel<<<unsigned(x.n_rows()), kThreads, 0, l.stream>>>(view_of(x), view_of(node),
-                                                                  node.fparams[0], node.iparams[0]);
+  PS_LAUNCH(softmax_kernel, unsigned(x.n_rows()), kThreads, l.stream, view_of(x), view_of(node),
+            node.fparams[0], node.iparams[0]);
   check_launch("softmax");
 }
 

@@ -4,7 +4,16 @@
 // Compiled by a host compiler alone (tests of the block decoders), the device qualifiers
 // vanish so that weights.cuh runs on the CPU.
 // Files: *.cu hold kernels and include no fmt; *.cpp are host code (device, probe, backend).
-#if defined(POLYSTACK_HIP)
+#if defined(POLYSTACK_GPU_EMULATION)
+#include "backends/cuda/emulation.h"
+
+#define PS_WARP_SIZE PS_EMU_WARP
+#define PS_SHFL_XOR(v, mask) ::ps::emu::shfl_xor((v), (mask))
+#define PS_VENDOR "emulated"
+#define PS_LAUNCH(kernel, grid, block, stream, ...) \
+  ::ps::emu::launch(dim3(grid), dim3(block), (stream), [&] { kernel(__VA_ARGS__); })
+
+#elif defined(POLYSTACK_HIP)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 
@@ -60,8 +69,20 @@
 
 #endif
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(POLYSTACK_GPU_EMULATION)
 #define PS_HD __host__ __device__
 #else
 #define PS_HD
+#endif
+
+// Device code: compiled by nvcc or hipcc, or for the emulation.
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(POLYSTACK_GPU_EMULATION)
+#define PS_DEVICE_CODE 1
+#endif
+
+// kernel<<<grid, block, 0, stream>>>(args...). kernel is a name or a pointer (a template
+// instance with several arguments goes through a pointer: the macro would split it).
+#ifndef PS_LAUNCH
+#define PS_LAUNCH(kernel, grid, block, stream, ...) \
+  kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif

@@ -1,0 +1,291 @@
+#include "conformance_cases.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "core/dtype.h"
+
+namespace ps::conformance {
+namespace {
+
+std::vector<float> normal(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A leaf of `type` holding random values (quantized from normal floats for non-F32 types).
+Tensor* random_leaf(Case& c, const std::string& name, DType type, std::array<int64_t, 4> ne,
+                    std::mt19937& rng) {
+  const int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+  const std::vector<float> f = normal(size_t(n), rng);
+  std::vector<uint8_t>& bytes =
+      c.leaf_bytes.emplace_back(row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]));
+  if (type == DType::F32)
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+  else
+    for (int64_t r = 0; r < n / ne[0]; ++r)
+      quantize_row(type, f.data() + r * ne[0], bytes.data() + size_t(r) * row_bytes(type, ne[0]),
+                   ne[0]);
+  return c.graph.leaf(name, type, ne, bytes.data());
+}
+
+// An I32 leaf with the given values (ids, positions).
+Tensor* int_leaf(Case& c, const std::string& name, std::vector<int32_t> values, std::mt19937&) {
+  std::vector<uint8_t>& bytes = c.leaf_bytes.emplace_back(values.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return c.graph.leaf(name, DType::I32, {int64_t(values.size()), 1, 1, 1}, bytes.data());
+}
+
+using Builder = std::function<void(Case&, std::mt19937&)>;
+
+}  // namespace
+
+std::vector<std::unique_ptr<Case>> all_cases() {
+  std::vector<std::pair<std::string, Builder>> builders;
+  const std::array<int64_t, 4> shapes[] = {{1, 1, 1, 1}, {37, 3, 1, 1}, {130, 7, 2, 1}};
+  for (const auto& s : shapes) {
+    const std::string dims = fmt::format("{}x{}x{}", s[0], s[1], s[2]);
+    for (OpKind op : {OpKind::Add, OpKind::Mul, OpKind::SwiGlu}) {
+      for (bool broadcast : {false, true}) {
+        if (broadcast && op == OpKind::SwiGlu) continue;  // swiglu takes equal shapes
+        builders.emplace_back(
+            fmt::format("{} {}{}", op_name(op), dims, broadcast ? " src1 one row" : ""),
+            [=](Case& c, std::mt19937& rng) {
+              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
+              Tensor* b = random_leaf(c, "b", DType::F32,
+                                      broadcast ? std::array<int64_t, 4>{s[0], 1, 1, 1} : s, rng);
+              c.out = op == OpKind::Add   ? c.graph.add(a, b)
+                      : op == OpKind::Mul ? c.graph.mul(a, b)
+                                          : c.graph.swiglu(a, b);
+            });
+      }
+    }
+    for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale}) {
+      builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
+                            [=](Case& c, std::mt19937& rng) {
+                              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
+                              c.out = op == OpKind::Silu   ? c.graph.silu(a)
+                                      : op == OpKind::Gelu ? c.graph.gelu(a)
+                                                           : c.graph.scale(a, 25.3f);
+                            });
+    }
+    builders.emplace_back(fmt::format("rms_norm {}", dims), [=](Case& c, std::mt19937& rng) {
+      c.out = c.graph.rms_norm(random_leaf(c, "a", DType::F32, s, rng), 1e-5f);
+    });
+    for (int32_t causal : {-1, 0, 2}) {
+      builders.emplace_back(
+          fmt::format("softmax {} causal {}", dims, causal), [=](Case& c, std::mt19937& rng) {
+            c.out = c.graph.softmax(random_leaf(c, "a", DType::F32, s, rng), 0.7f, causal);
+          });
+    }
+  }
+  // A view with an offset: the kernels must honour strides and a first element that is not the
+  // start of a buffer.
+  builders.emplace_back("rms_norm of a strided view", [](Case& c, std::mt19937& rng) {
+    Tensor* a = random_leaf(c, "a", DType::F32, {40, 6, 1, 1}, rng);
+    Tensor* v = c.graph.view(a, {33, 3, 1, 1}, {4, 4 * 40 * 2, 4 * 40 * 6, 4 * 40 * 6}, 4 * 5);
+    c.out = c.graph.rms_norm(v, 1e-6f);
+  });
+  const DType weight_types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
+  for (DType t : weight_types) {
+    const bool quant = block_size(t) > 1;
+    for (int64_t k : quant ? std::vector<int64_t>{32, 32 * 9} : std::vector<int64_t>{37, 269}) {
+      // Batches of 70 reach the prompt kernels (tiles of 8 and 64 rows) with partial tiles.
+      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{
+               {5, 1}, {5, 3}, {5, 6}, {33, 1}, {33, 3}, {33, 6}, {5, 70}, {131, 70}}) {
+        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                              [=](Case& c, std::mt19937& rng) {
+                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                c.out = c.graph.matmul(w, x);
+                                // Quantized paths quantize the activations to 8 bits.
+                                c.tolerance = quant ? 2e-2 : (t == DType::F32 ? 1e-5 : 1e-3);
+                              });
+      }
+    }
+  }
+  // A vocabulary-sized output projection: more groups of weight rows than one dimension of a GPU
+  // grid holds (65535), for the decode kernels that take few rows per group.
+  for (int64_t m : {1, 2}) {
+    builders.emplace_back(fmt::format("matmul Q8_0 K=32 N=270001 M={}", m),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* w = random_leaf(c, "w", DType::Q8_0, {32, 270001, 1, 1}, rng);
+                            Tensor* x = random_leaf(c, "x", DType::F32, {32, m, 1, 1}, rng);
+                            c.out = c.graph.matmul(w, x);
+                            c.tolerance = 2e-2;
+                          });
+  }
+  // The same as a get_rows table (an embedding), with ids across all of it.
+  builders.emplace_back("get_rows Q8_0 from 270001 rows", [](Case& c, std::mt19937& rng) {
+    Tensor* table = random_leaf(c, "table", DType::Q8_0, {32, 270001, 1, 1}, rng);
+    Tensor* ids = int_leaf(c, "ids", {270000, 0, 123457, 7, 270000, 200001, 98000}, rng);
+    c.out = c.graph.get_rows(table, ids);
+  });
+  // The k-quants: super-blocks of 256.
+  const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  for (DType t : kquant_types) {
+    for (int64_t k : {256, 256 * 3}) {
+      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
+        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                              [=](Case& c, std::mt19937& rng) {
+                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                c.out = c.graph.matmul(w, x);
+                                c.tolerance = 2e-2;
+                              });
+      }
+    }
+  }
+  for (DType t : weight_types) {
+    builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
+                          [=](Case& c, std::mt19937& rng) {
+                            const int64_t width = block_size(t) > 1 ? 64 : 37;
+                            Tensor* table = random_leaf(c, "table", t, {width, 11, 1, 1}, rng);
+                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            c.out = c.graph.get_rows(table, ids);
+                          });
+  }
+  for (DType t : kquant_types) {
+    builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* table = random_leaf(c, "table", t, {512, 11, 1, 1}, rng);
+                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            c.out = c.graph.get_rows(table, ids);
+                          });
+  }
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
+    for (int n_rot : {16, 12}) {
+      builders.emplace_back(
+          fmt::format("rope {} n_rot {}", mode == RopeMode::NeoX ? "neox" : "normal", n_rot),
+          [=](Case& c, std::mt19937& rng) {
+            Tensor* x = random_leaf(c, "x", DType::F32, {16, 3, 5, 1}, rng);
+            Tensor* pos = int_leaf(c, "pos", {0, 1, 7, 30, 95}, rng);
+            c.out = c.graph.rope(x, pos, n_rot, 10000.0f, 0.5f, mode);
+            c.tolerance = 1e-4;
+          });
+    }
+  }
+  for (DType t : {DType::F32, DType::F16}) {
+    // Rows of 8 values into positions 2..4 of a [8, 2 heads, 6 positions] cache: a strided view.
+    builders.emplace_back(
+        fmt::format("copy F32 into a {} cache view", dtype_name(t)),
+        [=](Case& c, std::mt19937& rng) {
+          Tensor* src = random_leaf(c, "src", DType::F32, {8, 2, 3, 1}, rng);
+          Tensor* cache = random_leaf(c, "cache", t, {8, 2, 6, 1}, rng);
+          const size_t e = t == DType::F16 ? 2 : 4;
+          Tensor* view = c.graph.view(cache, {8, 2, 3, 1}, {e, 8 * e, 16 * e, 48 * e}, 2 * 16 * e);
+          c.graph.copy(src, view);
+          // The whole cache, so writes outside the view are caught too.
+          c.out = c.graph.view(cache, {96, 1, 1, 1}, {e, 96 * e, 96 * e, 96 * e}, 0);
+          c.out_type = t;
+          c.tolerance = t == DType::F16 ? 1e-3 : 0;
+        });
+  }
+  // Attention: q [hd, n_head, T] over F16 caches [hd, n_kv, slots] at n_past, with a window.
+  struct AttentionCase {
+    const char* what;
+    int64_t hd, n_head, T, n_kv, slots;
+    int32_t n_past, window;
+    float scale;
+  };
+  const AttentionCase attention_cases[] = {
+      {"head 16, no past", 16, 4, 3, 2, 300, 0, 0, 0.3f},
+      {"head 16, 5 past", 16, 4, 3, 2, 300, 5, 0, 0.3f},
+      {"head 40, no past", 40, 4, 3, 2, 300, 0, 0, 0.3f},
+      {"head 40, 5 past", 40, 4, 3, 2, 300, 5, 0, 0.3f},
+      // Sliding windows: shorter than the cached prefix, and cutting into the batch.
+      {"window 4", 40, 4, 5, 2, 30, 6, 4, 0.3f},
+      {"window 7", 40, 4, 5, 2, 30, 6, 7, 0.3f},
+      // A sliding layer's ring cache: 9 slots for a window of 4 and 5 tokens at positions
+      // 20..24, which wrap around its end (position j in slot j % 9).
+      {"window 4 in a ring of 9 slots", 40, 4, 5, 2, 9, 20, 4, 0.3f},
+      // A window over several chunks of the GPU kernel, starting mid-chunk.
+      {"window 600 over 900 positions", 32, 2, 2, 1, 900, 897, 600, 0.2f},
+      // A long context: more positions than one chunk of the GPU kernel's online softmax.
+      {"over 700 positions", 32, 2, 2, 1, 800, 698, 0, 0.2f},
+  };
+  for (const AttentionCase& a : attention_cases) {
+    builders.emplace_back(fmt::format("attention {}", a.what), [a](Case& c, std::mt19937& rng) {
+      Tensor* q = random_leaf(c, "q", DType::F32, {a.hd, a.n_head, a.T, 1}, rng);
+      Tensor* k = random_leaf(c, "k", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      Tensor* v = random_leaf(c, "v", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      c.out = c.graph.attention(q, k, v, a.n_past, a.scale, a.window);
+      c.tolerance = 1e-4;
+    });
+  }
+  std::vector<std::unique_ptr<Case>> cases;
+  std::mt19937 rng(4242);
+  for (auto& [name, build] : builders) {
+    auto c = std::make_unique<Case>();
+    c->name = name;
+    build(*c, rng);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<float> run_on(Device& dev, Case& c) {
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::map<Tensor*, void*> host;  // the leaves' host bytes, restored afterwards
+  for (Tensor* t : c.graph.all()) {
+    if (t->op != OpKind::None) continue;
+    host[t] = t->data;
+    auto& b = buffers.emplace_back(dev.alloc(t->n_bytes()));
+    b->write(0, t->data, t->n_bytes());
+    t->data = b->address();
+  }
+  for (Tensor* n : c.graph.nodes()) {
+    if (n->op == OpKind::View)
+      n->data = static_cast<char*>(n->src[0]->data) + n->view_offset;
+    else if (n->op == OpKind::Copy)
+      n->data = n->src[1]->data;
+    else
+      n->data = buffers.emplace_back(dev.alloc(n->n_bytes()))->address();
+  }
+  dev.execute(c.graph.nodes());
+  dev.synchronize();
+  // The output's bytes: in the buffer whose address range holds the output's address.
+  const size_t n_out = size_t(c.out->n_elements());
+  std::vector<uint8_t> raw(c.out->n_bytes());
+  bool found = false;
+  for (auto& b : buffers) {
+    const char* base = static_cast<const char*>(b->address());
+    const char* at = static_cast<const char*>(c.out->data);
+    if (at >= base && at + raw.size() <= base + b->size()) {
+      b->read(size_t(at - base), raw.data(), raw.size());
+      found = true;
+    }
+  }
+  if (!found) throw std::runtime_error("the output is in no buffer");
+  for (auto& [t, p] : host) t->data = p;
+  std::vector<float> out(n_out);
+  if (c.out_type == DType::F32)
+    std::memcpy(out.data(), raw.data(), n_out * sizeof(float));
+  else
+    dequantize_row(c.out_type, raw.data(), out.data(), int64_t(n_out));
+  return out;
+}
+
+std::vector<std::string> mismatches(const Case& c, const std::vector<float>& want,
+                                    const std::vector<float>& got) {
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, std::fabs(double(v)));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < want.size() && out.size() < 5; ++i)
+    if (i >= got.size() ||
+        !(std::fabs(double(got[i]) - want[i]) <= c.tolerance * std::max(scale, 1e-6)))
+      out.push_back(fmt::format("element {}: {} where the CPU has {}", i,
+                                i < got.size() ? got[i] : NAN, want[i]));
+  return out;
+}
+
+}  // namespace ps::conformance
