@@ -125,6 +125,7 @@ TEST(CudaProbeReport, DescribesADeviceFromItsFacts) {
       if (key == k) return v;
     return std::string("(missing)");
   };
+  EXPECT_EQ(fact("driver needed"), "580 or newer (CUDA 13.0 runtime)");
   EXPECT_EQ(fact("compute capability"), "9.0");
   EXPECT_EQ(fact("PCI bus id"), "0000:4E:00.0");
   EXPECT_EQ(fact("multiprocessors"), "132");

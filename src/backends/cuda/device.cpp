@@ -2,9 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/weights.cuh"
 #include "core/error.h"
+
+#if defined(POLYSTACK_CUDA) && !defined(POLYSTACK_GPU_EMULATION)
+#define PS_CUDA_GRAPHS 1
+#endif
 
 namespace ps::gpu {
 
@@ -70,9 +77,16 @@ GpuDevice::GpuDevice(DeviceInfo info, int ordinal) : info_(std::move(info)), ord
     throw BackendError(fmt::format("{} ({}): this build's kernels cannot run here: {}", info_.id,
                                    info_.name, cudaGetErrorString(e)));
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+#if defined(PS_CUDA_GRAPHS)
+  const char* graphs = std::getenv("POLYSTACK_CUDA_GRAPHS");
+  use_graphs_ = graphs && std::strcmp(graphs, "1") == 0;
+#endif
 }
 
 GpuDevice::~GpuDevice() {
+#if defined(PS_CUDA_GRAPHS)
+  if (graph_exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+#endif
   if (stream_) {
     activate();
     (void)cudaStreamSynchronize(stream_);
@@ -181,6 +195,44 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
 
 void GpuDevice::execute(std::span<Tensor* const> nodes) {
   activate();
+  if (use_graphs_)
+    execute_as_graph(nodes);
+  else
+    launch_all(nodes);
+}
+
+void GpuDevice::execute_as_graph(std::span<Tensor* const> nodes) {
+#if defined(PS_CUDA_GRAPHS)
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a capture");
+  cudaGraph_t graph = nullptr;
+  try {
+    launch_all(nodes);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream_, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &graph), "capturing the run's kernels");
+  auto exec = static_cast<cudaGraphExec_t>(graph_exec_);
+  cudaGraphExecUpdateResultInfo info{};
+  if (exec && cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+    // Other kernels than last time (a prompt batch after decode steps): build the graph anew.
+    (void)cudaGetLastError();
+    (void)cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
+  cudaError_t e = cudaSuccess;
+  if (!exec) e = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  graph_exec_ = e == cudaSuccess ? exec : nullptr;
+  check(e, "instantiating the run's graph");
+  check(cudaGraphLaunch(exec, stream_), "launching the run's graph");
+#else
+  launch_all(nodes);
+#endif
+}
+
+void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
   const Launch l{stream_, warp_};
   for (Tensor* n : nodes) {
     switch (n->op) {

@@ -2,6 +2,11 @@
 // One CUDA (or HIP) device: buffers in device memory, one stream that execute() queues every
 // kernel on without waiting, and synchronize() to wait for them. Tensor::data of a tensor in a
 // device buffer is its device address.
+//
+// CUDA graphs (POLYSTACK_CUDA_GRAPHS=1, CUDA only): each execute() is captured into a graph
+// and launched as one; when its kernels are those of the previous run with other arguments
+// (the next decode step), the instantiated graph is updated in place rather than built anew.
+// Off by default until measured on hardware to help.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -55,10 +60,15 @@ class GpuDevice final : public Device {
   void unregister_buffer(void* ptr);
 
  private:
+  void launch_all(std::span<Tensor* const> nodes);
+  void execute_as_graph(std::span<Tensor* const> nodes);
+
   DeviceInfo info_;
   int ordinal_;
   int warp_ = 32;
   cudaStream_t stream_ = nullptr;
+  bool use_graphs_ = false;
+  [[maybe_unused]] void* graph_exec_ = nullptr;  // cudaGraphExec_t of the last run (CUDA only)
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> buffers_;  // base address -> bytes
 };

@@ -181,6 +181,9 @@ DeviceInfo describe_cuda_device(const CudaDeviceFacts& f, const CudaTargets& bui
   d.driver_version = fmt::format("{}{}CUDA {}", driver, driver.empty() ? "" : ", ",
                                  cuda_version_string(driver_cuda));
   d.runtime_version = fmt::format("CUDA {}", cuda_version_string(runtime));
+  if (const std::string need = min_driver_for_cuda(runtime); !need.empty())
+    d.facts.emplace_back("driver needed", fmt::format("{} or newer (CUDA {} runtime)", need,
+                                                      cuda_version_string(runtime / 1000 * 1000)));
   const int cc = f.cc_major * 10 + f.cc_minor;
   d.architecture = sm(cc);
   if (f.uuid) d.uuid = format_cuda_uuid(*f.uuid);
