@@ -39,7 +39,16 @@ PS_HD inline float half_to_f32(uint16_t h) {
 }
 
 PS_HD inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
-PS_HD inline float load_half(const uint8_t* p) { return half_to_f32(load_u16(p)); }
+// Two bytes at an even address (every block type's fields, in rows that start even): one load
+// on the GPU.
+PS_HD inline uint16_t load_u16_aligned(const uint8_t* p) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return *reinterpret_cast<const uint16_t*>(p);
+#else
+  return load_u16(p);
+#endif
+}
+PS_HD inline float load_half(const uint8_t* p) { return half_to_f32(load_u16_aligned(p)); }
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (core/kquants.h get_scale_min_k4).
 PS_HD inline void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
@@ -82,21 +91,30 @@ PS_HD inline void decode32(const uint8_t* row, int64_t g, int64_t n, float* out)
       out[i] = v;
     }
   } else if constexpr (T == DType::Q8_0) {
+    // Blocks and their fields start at even offsets: quantized bytes are read in pairs.
     const uint8_t* b = row + 34 * g;
     const float d = load_half(b);
-    for (int i = 0; i < 32; ++i) out[i] = float(int8_t(b[2 + i])) * d;
+    for (int i = 0; i < 32; i += 2) {
+      const uint16_t q = load_u16_aligned(b + 2 + i);
+      out[i] = float(int8_t(q & 0xff)) * d;
+      out[i + 1] = float(int8_t(q >> 8)) * d;
+    }
   } else if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
     constexpr bool kMin = T == DType::Q4_1;
     const uint8_t* b = row + (kMin ? 20 : 18) * g;
     const float d = load_half(b), m = kMin ? load_half(b + 2) : 0.0f;
     const uint8_t* qs = b + (kMin ? 4 : 2);
-    for (int i = 0; i < 16; ++i) {
-      if constexpr (kMin) {
-        out[i] = float(qs[i] & 0x0f) * d + m;
-        out[i + 16] = float(qs[i] >> 4) * d + m;
-      } else {
-        out[i] = float((qs[i] & 0x0f) - 8) * d;
-        out[i + 16] = float((qs[i] >> 4) - 8) * d;
+    for (int i = 0; i < 16; i += 2) {
+      const uint16_t pair = load_u16_aligned(qs + i);
+      for (int k = 0; k < 2; ++k) {
+        const int q = (pair >> (8 * k)) & 0xff;
+        if constexpr (kMin) {
+          out[i + k] = float(q & 0x0f) * d + m;
+          out[i + k + 16] = float(q >> 4) * d + m;
+        } else {
+          out[i + k] = float((q & 0x0f) - 8) * d;
+          out[i + k + 16] = float((q >> 4) - 8) * d;
+        }
       }
     }
   } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
