@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/op_checks.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/weights.cuh"
 #include "core/error.h"
@@ -16,8 +17,6 @@
 namespace ps::gpu {
 
 namespace {
-
-bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
 
 bool has_decoder(DType t) {
   return with_weight_type(t, []<DType>() {});
@@ -171,21 +170,11 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
       if (x.ne[1] > 65535LL * 64) return "more than 4194240 activation rows";
       return {};
     }
-    case OpKind::Copy: {
-      const Tensor& dst = *n.src[1];
-      if (n.src[0]->type != DType::F32) return "only F32 sources";
-      if (dst.type != DType::F32 && dst.type != DType::F16)
-        return fmt::format("no conversion to {}", dtype_name(dst.type));
-      return {};
-    }
+    case OpKind::Copy:
+      return copy_operands_problem(n);
     case OpKind::Attention: {
+      if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
-      const Tensor& k = *n.src[1];
-      const Tensor& v = *n.src[2];
-      if (!f32_rows(q) || !f32_rows(n)) return "only F32 queries with contiguous rows";
-      if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
-      if (k.nb[0] != 2 || v.nb[0] != 2) return "only KV caches with contiguous rows";
-      if (k.ne != v.ne) return "K and V caches of different shapes";
       if (q.ne[0] > kMaxHeadDim) return fmt::format("head size above {}", kMaxHeadDim);
       if (q.ne[1] > 65535 || q.ne[2] > 65535) return "more than 65535 heads or tokens";
       return {};

@@ -42,6 +42,21 @@ void add_sorted(std::vector<int>& v, int x) {
 
 std::string sm(int arch) { return fmt::format("sm_{}", arch); }
 
+// What every GPU's report starts with.
+DeviceInfo gpu_device(Api api, int index, const char* vendor, const std::string& name,
+                      bool integrated, uint64_t total, uint64_t free) {
+  DeviceInfo d;
+  d.id = fmt::format("{}:{}", api_name(api), index);
+  d.api = api;
+  d.kind = integrated ? DeviceKind::IntegratedGpu : DeviceKind::DiscreteGpu;
+  d.name = name;
+  d.vendor = vendor;
+  d.memory_total = total;
+  d.memory_free = free;
+  d.unified_memory = integrated;
+  return d;
+}
+
 }  // namespace
 
 std::optional<CudaTargets> parse_cuda_architectures(std::string_view list) {
@@ -169,15 +184,8 @@ std::string format_cuda_uuid(const std::array<uint8_t, 16>& u) {
 
 DeviceInfo describe_cuda_device(const CudaDeviceFacts& f, const CudaTargets& built,
                                 const std::string& driver, int driver_cuda, int runtime) {
-  DeviceInfo d;
-  d.id = fmt::format("cuda:{}", f.index);
-  d.api = Api::Cuda;
-  d.kind = f.integrated ? DeviceKind::IntegratedGpu : DeviceKind::DiscreteGpu;
-  d.name = f.name;
-  d.vendor = "NVIDIA";
-  d.memory_total = f.memory_total;
-  d.memory_free = f.memory_free;
-  d.unified_memory = f.integrated;
+  DeviceInfo d =
+      gpu_device(Api::Cuda, f.index, "NVIDIA", f.name, f.integrated, f.memory_total, f.memory_free);
   d.driver_version = fmt::format("{}{}CUDA {}", driver, driver.empty() ? "" : ", ",
                                  cuda_version_string(driver_cuda));
   d.runtime_version = fmt::format("CUDA {}", cuda_version_string(runtime));
@@ -222,15 +230,8 @@ std::string hip_uncovered(std::string_view gcn_arch_name, const std::vector<std:
 
 DeviceInfo describe_hip_device(const HipDeviceFacts& f, const std::vector<std::string>& built,
                                const std::string& runtime) {
-  DeviceInfo d;
-  d.id = fmt::format("hip:{}", f.index);
-  d.api = Api::Hip;
-  d.kind = f.integrated ? DeviceKind::IntegratedGpu : DeviceKind::DiscreteGpu;
-  d.name = f.name;
-  d.vendor = "AMD";
-  d.memory_total = f.memory_total;
-  d.memory_free = f.memory_free;
-  d.unified_memory = f.integrated;
+  DeviceInfo d =
+      gpu_device(Api::Hip, f.index, "AMD", f.name, f.integrated, f.memory_total, f.memory_free);
   d.runtime_version = runtime;
   d.architecture = hip_base_arch(f.gcn_arch_name);
   d.uuid = f.uuid;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/op_checks.h"
 #include "backends/vulkan/vulkan_device.h"
 #include "core/error.h"
 
@@ -25,8 +26,6 @@ constexpr uint32_t kTile = 64;
 constexpr int64_t kTileFrom = 8;
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
-
-bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
 
 bool fits_u32(const Tensor& t) {
   for (int d = 0; d < 4; ++d)
@@ -165,24 +164,13 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       if (n.src[1]->ne[1] > kMaxGroups) return "more than 65535 activation rows";
       return {};
     }
-    case OpKind::Copy: {
-      const Tensor& src = *n.src[0];
-      const Tensor& dst = *n.src[1];
-      if (!f32_rows(src)) return "only F32 sources with contiguous rows";
-      if (dst.type == DType::F16 && !extras_.storage16)
+    case OpKind::Copy:
+      if (n.src[1]->type == DType::F16 && !extras_.storage16)
         return "F16 destinations need 16-bit storage buffers, which this device lacks";
-      if (dst.type != DType::F32 && dst.type != DType::F16)
-        return fmt::format("no Vulkan conversion to {}", dtype_name(dst.type));
-      if (dst.nb[0] != dtype_info(dst.type).block_bytes) return "only contiguous rows";
-      return {};
-    }
+      return copy_operands_problem(n);
     case OpKind::Attention: {
+      if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
-      const Tensor& k = *n.src[1];
-      const Tensor& v = *n.src[2];
-      if (!f32_rows(q) || !f32_rows(n)) return "only F32 queries with contiguous rows";
-      if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
-      if (k.nb != v.nb || k.ne != v.ne) return "K and V caches of different layouts";
       if (q.ne[0] > kMaxHeadDim) return "head size above 256";
       if (q.ne[1] > kMaxGroups || q.ne[2] > kMaxGroups) return "more than 65535 heads or tokens";
       return {};

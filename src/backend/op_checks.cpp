@@ -1,0 +1,29 @@
+#include "backend/op_checks.h"
+
+#include <fmt/format.h>
+
+namespace ps {
+
+bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
+
+std::string attention_operands_problem(const Tensor& n) {
+  const Tensor& q = *n.src[0];
+  const Tensor& k = *n.src[1];
+  const Tensor& v = *n.src[2];
+  if (!f32_rows(q) || !f32_rows(n)) return "only F32 queries with contiguous rows";
+  if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
+  if (k.nb[0] != 2) return "only KV caches with contiguous rows";
+  if (k.nb != v.nb || k.ne != v.ne) return "K and V caches of different layouts";
+  return {};
+}
+
+std::string copy_operands_problem(const Tensor& n) {
+  const Tensor& dst = *n.src[1];
+  if (!f32_rows(*n.src[0])) return "only F32 sources with contiguous rows";
+  if (dst.type != DType::F32 && dst.type != DType::F16)
+    return fmt::format("no conversion to {}", dtype_name(dst.type));
+  if (dst.nb[0] != dtype_info(dst.type).block_bytes) return "only contiguous rows";
+  return {};
+}
+
+}  // namespace ps

@@ -1,0 +1,20 @@
+#pragma once
+// Operand checks that every GPU backend makes the same way before its own limits: each returns
+// "" when the node's operands suit the common kernels, else the reason for the report.
+#include <string>
+
+#include "graph/tensor.h"
+
+namespace ps {
+
+// F32 with contiguous rows (dimension 0 dense).
+bool f32_rows(const Tensor& t);
+
+// Attention: F32 queries and output with contiguous rows over F16 K and V caches of one layout
+// with contiguous rows.
+std::string attention_operands_problem(const Tensor& node);
+
+// Copy: an F32 source into an F32 or F16 destination.
+std::string copy_operands_problem(const Tensor& node);
+
+}  // namespace ps
