@@ -6,6 +6,13 @@ namespace ps {
 
 bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
 
+std::string row_operands_problem(const Tensor& n) {
+  const bool binary = n.op == OpKind::Add || n.op == OpKind::Mul || n.op == OpKind::SwiGlu;
+  if (binary && !f32_rows(*n.src[1])) return "the second operand is not F32 with contiguous rows";
+  if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
+  return {};
+}
+
 std::string attention_operands_problem(const Tensor& n) {
   const Tensor& q = *n.src[0];
   const Tensor& k = *n.src[1];

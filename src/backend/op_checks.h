@@ -10,6 +10,10 @@ namespace ps {
 // F32 with contiguous rows (dimension 0 dense).
 bool f32_rows(const Tensor& t);
 
+// Element-wise ops, rope, rms_norm and softmax: F32 rows in and out (and for add, mul and
+// swiglu a second F32 operand with contiguous rows).
+std::string row_operands_problem(const Tensor& node);
+
 // Attention: F32 queries and output with contiguous rows over F16 K and V caches of one layout
 // with contiguous rows.
 std::string attention_operands_problem(const Tensor& node);

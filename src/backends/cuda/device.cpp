@@ -137,15 +137,13 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Add:
     case OpKind::Mul:
     case OpKind::SwiGlu:
-      if (n.src[1]->type != DType::F32) return "the second operand is not F32";
-      [[fallthrough]];
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
     case OpKind::RmsNorm:
     case OpKind::SoftMax:
     case OpKind::Rope:
-      if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
+      if (std::string why = row_operands_problem(n); !why.empty()) return why;
       if ((n.op == OpKind::RmsNorm || n.op == OpKind::SoftMax) && n.src[0]->n_rows() > INT32_MAX)
         return "more than 2^31 rows";
       return {};

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/vendor.h"
 #include "core/dtype.h"
+#include "core/fp16.h"
 
 namespace ps::gpu {
 
@@ -22,20 +23,14 @@ PS_HD inline float f32_from_bits(uint32_t b) {
 #endif
 }
 
+// IEEE half to float: the hardware's conversion on the GPU, core/fp16.h's on the host (both
+// exact for every half, subnormals included).
 PS_HD inline float half_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  if (exp == 0) {
-    if (mant == 0) return f32_from_bits(sign);
-    int e = -1;
-    do {
-      mant <<= 1;
-      ++e;
-    } while ((mant & 0x400) == 0);
-    return f32_from_bits(sign | uint32_t(127 - 15 - e) << 23 | (mant & 0x3ff) << 13);
-  }
-  if (exp == 31) return f32_from_bits(sign | 0x7f800000u | mant << 13);
-  return f32_from_bits(sign | (exp + 127 - 15) << 23 | mant << 13);
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return fp16_to_f32(h);
+#endif
 }
 
 PS_HD inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }

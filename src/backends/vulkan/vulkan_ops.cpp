@@ -133,17 +133,14 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Add:
     case OpKind::Mul:
     case OpKind::SwiGlu:
-      if (!f32_rows(*n.src[1])) return "the second operand is not F32 with contiguous rows";
-      [[fallthrough]];
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
     case OpKind::Rope:
-      if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
-      return {};
+      return row_operands_problem(n);
     case OpKind::RmsNorm:
     case OpKind::SoftMax:
-      if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
+      if (std::string why = row_operands_problem(n); !why.empty()) return why;
       if (!extras_.subgroup_arithmetic)
         return "the reduction kernels need subgroup arithmetic in compute shaders";
       return {};
