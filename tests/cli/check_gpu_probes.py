@@ -9,6 +9,11 @@
   reported as needing that library, named, with where it comes from.
 - `run --device cuda:0` / `hip:0` on a machine without the device fails with one error line
   naming the reason; it never runs elsewhere silently.
+- With a stand-in libcuda.so.1 (--fake-driver-dir) the probe lists its GPU with the facts the
+  driver API gives (compute capability, memory, UUID, PCI bus id), whether this build holds
+  code for it, and the precise reason when it cannot be used: a card older than any code in
+  the build, a driver older than the runtime, no GPU at all. Opening it (the runtime finds no
+  real driver behind the stand-in) fails with one error line.
 
 Exits 77 (skipped) when neither plugin was built next to the binary.
 """
@@ -24,8 +29,9 @@ import tempfile
 SKIP = 77
 
 
-def devices(binary: str) -> dict:
-    out = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True, timeout=120)
+def devices(binary: str, env: dict = None) -> dict:
+    out = subprocess.run([binary, "devices", "--json"], capture_output=True, text=True, timeout=120,
+                         env=env)
     if out.returncode != 0:
         raise SystemExit(f"devices --json failed ({out.returncode}): {out.stderr.strip()}")
     return json.loads(out.stdout)
@@ -49,15 +55,90 @@ def loadable(lib: str) -> bool:
         return False
 
 
-def run_on(binary: str, device: str, model: str) -> subprocess.CompletedProcess:
+def run_on(binary: str, device: str, model: str, env: dict = None) -> subprocess.CompletedProcess:
     return subprocess.run([binary, "run", "-m", model, "--device", device, "-p", "Once", "-n", "4"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def check_fake_driver(binary: str, fake_dir: str, model: str, problems: list):
+    """The probe's report of the stand-in driver's GPU, and its reasons when unusable."""
+    def report(**fake) -> tuple:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = fake_dir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+        env.update({k: str(v) for k, v in fake.items()})
+        r = devices(binary, env)
+        api = api_report(r, "cuda")
+        return api, [d for d in r["devices"] if d["api"] == "cuda"], r, env
+
+    api, gpus, r, env = report()
+    print(f"fake driver: cuda reason={api['reason']!r} devices={[d['id'] for d in gpus]}")
+    if len(gpus) != 1:
+        problems.append(f"fake driver: expected one cuda device, got {gpus} ({api['reason']!r})")
+        return
+    d = gpus[0]
+    print(f"  {json.dumps(d, sort_keys=True)}")
+    want = {"id": "cuda:0", "name": "Fake NVIDIA H200", "vendor": "NVIDIA", "kind": "discrete gpu",
+            "architecture": "sm_90", "memory_total": 141 << 30, "memory_free": 140 << 30,
+            "uuid": "GPU-00102030-4050-6070-8090-a0b0c0d0e0f0"}
+    for k, v in want.items():
+        if d.get(k) != v:
+            problems.append(f"fake driver: {k} is {d.get(k)!r}, expected {v!r}")
+    facts = d.get("facts", {})
+    for k, v in {"compute capability": "9.0", "PCI bus id": "0000:4E:00.0",
+                 "multiprocessors": "132"}.items():
+        if facts.get(k) != v:
+            problems.append(f"fake driver: fact {k!r} is {facts.get(k)!r}, expected {v!r}")
+    if not d.get("driver_version", "").startswith("CUDA 13.0"):
+        problems.append(f"fake driver: driver_version {d.get('driver_version')!r}")
+    if not d.get("runtime_version", "").startswith("CUDA "):
+        problems.append(f"fake driver: runtime_version {d.get('runtime_version')!r}")
+    if "driver needed" not in facts:
+        problems.append("fake driver: the report does not say which driver the runtime needs")
+    kernels = facts.get("kernels in this build", "")
+    if d["usable"]:
+        if not (kernels.startswith("machine code for sm_90") or kernels.startswith("PTX")):
+            problems.append(f"fake driver: usable, but kernels in this build: {kernels!r}")
+        if not d.get("not_default_reason"):
+            problems.append("fake driver: an unverified CUDA device must not be the default")
+        if r["default"]["device"] == "cuda:0":
+            problems.append("fake driver: cuda:0 became the default device")
+    elif not d.get("unusable_reason", "").startswith("this card is sm_90"):
+        problems.append(f"fake driver: unusable for another reason: {d.get('unusable_reason')!r}")
+
+    # A Volta card: no CUDA 13 build holds code for it.
+    _, gpus, _, _ = report(FAKE_CUDA_CC=70)
+    why = gpus[0].get("unusable_reason", "") if gpus else ""
+    print(f"fake driver, sm_70: {why!r}")
+    if not (why.startswith("this card is sm_70 but this build has ") and "CUDA 12" in why):
+        problems.append(f"fake driver, sm_70: {why!r}")
+    # A driver for CUDA 12.4 under this build's CUDA 13 runtime.
+    _, gpus, _, _ = report(FAKE_CUDA_DRIVER=12040)
+    why = gpus[0].get("unusable_reason", "") if gpus else ""
+    print(f"fake driver, CUDA 12.4: {why!r}")
+    if not why.startswith("the NVIDIA driver supports CUDA 12.4, older than this build's CUDA 13"):
+        problems.append(f"fake driver, CUDA 12.4: {why!r}")
+    # A driver that sees no GPU.
+    api, gpus, _, _ = report(FAKE_CUDA_DEVICES=0)
+    print(f"fake driver, no GPU: {api['reason']!r}")
+    if gpus or api["reason"] != "the NVIDIA driver reports no GPU":
+        problems.append(f"fake driver, no GPU: {api['reason']!r}")
+
+    # Opening the device: the runtime behind the probe finds no real driver.
+    if os.path.exists(model):
+        rr = run_on(binary, "cuda:0", model, env)
+        lines = rr.stderr.strip().splitlines()
+        print(f"fake driver, run --device cuda:0: rc={rr.returncode} stderr={rr.stderr.strip()!r}")
+        if rr.returncode <= 0 or rr.stdout.strip() or len(lines) != 1 or \
+                not lines[0].startswith("polystack: error: cuda:0 (Fake NVIDIA H200): "):
+            problems.append("fake driver: run --device cuda:0 did not fail with one error line "
+                            "naming the device")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--fake-driver-dir", help="folder holding a stand-in libcuda.so.1")
     args = ap.parse_args()
     bindir = os.path.dirname(os.path.abspath(args.bin))
     cuda_plugin = os.path.join(bindir, "libpolystack-backend-cuda.so")
@@ -99,6 +180,8 @@ def main() -> int:
             if api["reason"] != want or api["devices"] != 0:
                 problems.append(f"cuda without a driver: expected {want!r}, got {api['reason']!r}")
             expect_run_refused("cuda:0", want)
+            if args.fake_driver_dir:
+                check_fake_driver(args.bin, args.fake_driver_dir, args.model, problems)
         else:
             cuda_devices = [d for d in listed if d["api"] == "cuda"]
             if not cuda_devices and not api["reason"]:

@@ -79,7 +79,12 @@ const Driver* open_driver(std::string* why) {
     sym(driver.device_name, "cuDeviceGetName");
     sym(driver.device_attribute, "cuDeviceGetAttribute");
     sym(driver.device_total_mem, "cuDeviceTotalMem_v2");
-    sym(driver.device_uuid, "cuDeviceGetUuid");
+    // Optional: the UUID entry point was renamed (_v2) in CUDA 11.4; either will do.
+    driver.device_uuid =
+        reinterpret_cast<decltype(driver.device_uuid)>(dlsym(lib, "cuDeviceGetUuid_v2"));
+    if (!driver.device_uuid)
+      driver.device_uuid =
+          reinterpret_cast<decltype(driver.device_uuid)>(dlsym(lib, "cuDeviceGetUuid"));
     sym(driver.device_pci_bus_id, "cuDeviceGetPCIBusId");
     sym(driver.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
     sym(driver.primary_ctx_release, "cuDevicePrimaryCtxRelease_v2");
@@ -153,7 +158,7 @@ ProbeReport probe_devices() {
     size_t total = 0;
     if (drv->device_total_mem(&total, dev) == kSuccess) f.memory_total = total;
     std::array<uint8_t, 16> uuid{};
-    if (drv->device_uuid(uuid.data(), dev) == kSuccess) f.uuid = uuid;
+    if (drv->device_uuid && drv->device_uuid(uuid.data(), dev) == kSuccess) f.uuid = uuid;
     char bus[32] = {};
     if (drv->device_pci_bus_id(bus, sizeof(bus) - 1, dev) == kSuccess) f.pci_bus_id = bus;
     // Free memory needs a context: the primary one, which the runtime uses too.

@@ -44,7 +44,7 @@ GpuBuffer::GpuBuffer(GpuDevice& dev, size_t bytes) : dev_(dev), size_(bytes) {
 
 GpuBuffer::~GpuBuffer() {
   dev_.unregister_buffer(ptr_);
-  dev_.activate();
+  dev_.select_quietly();
   (void)cudaFree(ptr_);
 }
 
@@ -87,17 +87,19 @@ GpuDevice::~GpuDevice() {
   if (graph_exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
 #endif
   if (stream_) {
-    activate();
+    select_quietly();  // destructors do not throw
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
 }
 
+void GpuDevice::select_quietly() const { (void)cudaSetDevice(ordinal_); }
+
 void GpuDevice::activate() const {
   const cudaError_t e = cudaSetDevice(ordinal_);
   if (e != cudaSuccess)
-    throw BackendError(
-        fmt::format("{}: cannot select the device: {}", info_.id, cudaGetErrorString(e)));
+    throw BackendError(fmt::format("{} ({}): cannot select the device: {}", info_.id, info_.name,
+                                   cudaGetErrorString(e)));
 }
 
 void GpuDevice::check(cudaError_t e, const char* what) const {

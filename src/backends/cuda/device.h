@@ -52,7 +52,8 @@ class GpuDevice final : public Device {
   void synchronize() override;
 
   // For buffers.
-  void activate() const;  // makes this device current for the calling thread
+  void activate() const;        // makes this device current for the calling thread
+  void select_quietly() const;  // the same without throwing, for destructors
   cudaStream_t stream() const { return stream_; }
   // Throws BackendError naming the device and what failed when e is not cudaSuccess.
   void check(cudaError_t e, const char* what) const;
