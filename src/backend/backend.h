@@ -30,15 +30,14 @@ struct DeviceInfo {
   uint64_t memory_total = 0, memory_free = 0;  // bytes; 0 = unknown
   bool unified_memory = false;
   std::string driver_version, runtime_version, architecture;
-  std::string uuid;  // stable identity, so one GPU seen through two APIs is one device
+  // Stable identity, so one GPU seen through two APIs is one physical device: the UUID as the
+  // API prints it ("GPU-8f3c..." for CUDA) and the PCI address ("0000:41:00.0").
+  std::string uuid, pci_bus_id;
   // Further facts in display order ("cores used", "ISA", ...).
   std::vector<std::pair<std::string, std::string>> facts;
   // Non-empty when the device was found but polystack cannot run models on it, saying why
   // (too old an API version, no kernels in this build, ...). The default policy passes over it.
   std::string unusable;
-  // Non-empty when the device runs models when asked for by name, but the default policy
-  // should not pick it by itself, saying why (e.g. kernels not yet verified on such hardware).
-  std::string not_default;
 };
 
 struct ProbeReport {
@@ -46,6 +45,9 @@ struct ProbeReport {
   bool built = false;  // this binary has (or loaded) a backend for the API
   std::vector<DeviceInfo> devices;
   std::string reason;  // why there are no devices (or why unusable)
+  // The probe itself failed: the plugin or driver crashed, hung or exited while loading or
+  // probing (reason says which). A failure, unlike an API that simply finds no device.
+  bool failed = false;
 };
 
 // Memory owned by a device. CPU-visible buffers expose host_ptr().
@@ -98,5 +100,14 @@ class Backend {
 // Plugins export this C symbol; the registry calls it once after dlopen.
 using BackendCreateFn = Backend* (*)();
 inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
+// And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
+// against these structs, so one built for another layout is refused rather than called. Raise
+// the number whenever a type in this header changes.
+inline constexpr int kBackendAbiVersion = 2;
+using BackendAbiFn = int (*)();
+inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
+#define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \
+  extern "C" ps::Backend* polystack_backend_create() { return create_expr; } \
+  extern "C" int polystack_backend_abi() { return ps::kBackendAbiVersion; }
 
 }  // namespace ps

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "backend/child_process.h"
+#include "backend/probe_json.h"
 #include "core/error.h"
 
 namespace ps {
@@ -73,40 +75,6 @@ std::string not_built_reason(Api api) {
   }
 }
 
-int kind_rank(DeviceKind k) {
-  switch (k) {
-    case DeviceKind::DiscreteGpu:
-      return 0;
-    case DeviceKind::IntegratedGpu:
-      return 1;
-    case DeviceKind::Accelerator:
-      return 2;
-    case DeviceKind::VirtualGpu:
-      return 3;
-    case DeviceKind::Cpu:
-      return 4;
-  }
-  return 5;
-}
-
-int api_rank(Api a) {
-  switch (a) {
-    case Api::Cuda:
-    case Api::Hip:
-    case Api::Metal:
-      return 0;
-    case Api::Vulkan:
-      return 1;
-    case Api::DirectML:
-      return 2;
-    case Api::OpenCL:
-      return 3;
-    case Api::Cpu:
-      return 4;
-  }
-  return 5;
-}
-
 }  // namespace
 
 Registry::Registry() = default;
@@ -117,9 +85,10 @@ Registry& Registry::global() {
     auto* reg = new Registry();
     register_builtin_backends(*reg);
     const std::string exe = executable_dir();
-    if (!exe.empty()) load_backend_plugins(*reg, exe);
+    if (!exe.empty())
+      for (auto& [api, path] : find_backend_plugins(exe)) reg->add_plugin_file(api, path);
     if (const char* extra = std::getenv("POLYSTACK_BACKEND_PATH"))
-      load_backend_plugins(*reg, extra);
+      for (auto& [api, path] : find_backend_plugins(extra)) reg->add_plugin_file(api, path);
     return reg;
   }();
   return *r;
@@ -130,44 +99,101 @@ void Registry::add(std::unique_ptr<Backend> backend) {
   for (const auto& b : backends_)
     if (b->api() == api) return;  // first one wins (built-in before plugins)
   unavailable_.erase(api);
+  plugin_files_.erase(api);
   backends_.push_back(std::move(backend));
-  probed_ = false;
+  probed_.erase(api);
+  reports_.clear();
 }
 
 void Registry::note_unavailable(Api api, std::string reason) {
   for (const auto& b : backends_)
     if (b->api() == api) return;
   unavailable_[api] = std::move(reason);
-  probed_ = false;
+  probed_.erase(api);
+  reports_.clear();
+}
+
+void Registry::add_plugin_file(Api api, std::string path) {
+  for (const auto& b : backends_)
+    if (b->api() == api) return;
+  if (plugin_files_.count(api)) return;
+  plugin_files_[api] = std::move(path);
+  probed_.erase(api);
+  reports_.clear();
+}
+
+std::string Registry::plugin_file(Api api) const {
+  auto it = plugin_files_.find(api);
+  return it == plugin_files_.end() ? std::string() : it->second;
+}
+
+ProbeReport Registry::probe_in_process(Api api) {
+  ProbeReport r;
+  r.api = api;
+  auto it = std::find_if(backends_.begin(), backends_.end(),
+                         [&](const auto& b) { return b->api() == api; });
+  if (it == backends_.end()) {
+    auto u = unavailable_.find(api);
+    r.reason = u != unavailable_.end() ? u->second : not_built_reason(api);
+    return r;
+  }
+  try {
+    r = (*it)->probe();
+  } catch (const std::exception& e) {
+    r = ProbeReport{};
+    r.reason = std::string("probe failed: ") + e.what();
+    r.failed = true;
+  }
+  r.api = api;
+  r.built = true;
+  if (r.devices.empty() && r.reason.empty()) r.reason = "no device found";
+  return r;
 }
 
 const std::vector<ProbeReport>& Registry::probe_all() {
-  if (probed_) return reports_;
-  reports_.clear();
+  if (reports_.size() == std::size(kAllApis)) return reports_;
+  std::vector<std::pair<Api, std::string>> plugins;
   for (Api api : kAllApis) {
-    auto it = std::find_if(backends_.begin(), backends_.end(),
-                           [&](const auto& b) { return b->api() == api; });
-    ProbeReport r;
-    if (it != backends_.end()) {
-      try {
-        r = (*it)->probe();
-      } catch (const std::exception& e) {
-        r = ProbeReport{};
-        r.reason = std::string("probe failed: ") + e.what();
-      }
-      r.api = api;
-      r.built = true;
-      if (r.devices.empty() && r.reason.empty()) r.reason = "no device found";
-    } else {
-      r.api = api;
-      r.built = false;
-      auto u = unavailable_.find(api);
-      r.reason = u != unavailable_.end() ? u->second : not_built_reason(api);
-    }
-    reports_.push_back(std::move(r));
+    if (probed_.count(api)) continue;
+    if (auto f = plugin_files_.find(api); f != plugin_files_.end() && !backend_loaded(api))
+      plugins.emplace_back(api, f->second);
+    else
+      probed_[api] = probe_in_process(api);
   }
-  probed_ = true;
+  if (!plugins.empty()) {
+    const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
+    std::vector<ProbeReport> got = probe_plugins_out_of_process(plugins, timeout);
+    for (size_t i = 0; i < plugins.size(); ++i) probed_[plugins[i].first] = std::move(got[i]);
+  }
+  reports_.clear();
+  for (Api api : kAllApis) reports_.push_back(probed_.at(api));
   return reports_;
+}
+
+const ProbeReport& Registry::probe(Api api) {
+  if (auto it = probed_.find(api); it != probed_.end()) return it->second;
+  if (auto f = plugin_files_.find(api); f != plugin_files_.end() && !backend_loaded(api)) {
+    const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
+    probed_[api] = std::move(probe_plugins_out_of_process({{api, f->second}}, timeout)[0]);
+  } else {
+    probed_[api] = probe_in_process(api);
+  }
+  return probed_.at(api);
+}
+
+bool Registry::backend_loaded(Api api) const {
+  return std::any_of(backends_.begin(), backends_.end(),
+                     [&](const auto& b) { return b->api() == api; });
+}
+
+Backend* Registry::backend_for(Api api) {
+  for (const auto& b : backends_)
+    if (b->api() == api) return b.get();
+  auto f = plugin_files_.find(api);
+  if (f == plugin_files_.end()) return nullptr;
+  // Its probe ran in a child that survived loading it: now it is loaded here.
+  backends_.push_back(load_backend_plugin(f->second));
+  return backends_.back().get();
 }
 
 std::unique_ptr<Device> Registry::open(const std::string& device_id, const DeviceOptions& opts) {
@@ -182,75 +208,23 @@ std::unique_ptr<Device> Registry::open(const std::string& device_id, const Devic
       throw BackendError(fmt::format("device '{}': '{}' is not a device index", device_id, idx));
     index = int(v);
   }
-  const auto& reports = probe_all();
-  for (const auto& r : reports) {
-    if (api_name(r.api) != api_part) continue;
+  for (Api api : kAllApis) {
+    if (api_name(api) != api_part) continue;
+    const ProbeReport& r = probe(api);
     if (!r.built || r.devices.empty())
       throw BackendError(fmt::format("device '{}' is not available: {}", device_id, r.reason));
     if (index >= int(r.devices.size()))
       throw BackendError(fmt::format("device '{}' does not exist: {} has {} device(s)", device_id,
                                      api_part, r.devices.size()));
-    for (const auto& b : backends_)
-      if (b->api() == r.api) return b->open_device(index, opts);
+    Backend* b = backend_for(api);
+    if (!b) throw BackendError(fmt::format("device '{}': no backend for {}", device_id, api_part));
+    return b->open_device(index, opts);
   }
   std::string known;
   for (Api a : kAllApis) known += fmt::format("{}{}", known.empty() ? "" : ", ", api_name(a));
   throw BackendError(
       fmt::format("unknown device '{}' (APIs are {}; see 'polystack devices')", device_id, known));
 }
-
-DeviceChoice Registry::choose_default() {
-  const auto& reports = probe_all();
-  std::vector<const DeviceInfo*> all;
-  std::vector<std::string> unusable;
-  for (const auto& r : reports)
-    for (const auto& d : r.devices) {
-      if (d.unusable.empty() && d.not_default.empty())
-        all.push_back(&d);
-      else
-        unusable.push_back(fmt::format("{} ({}): {}", d.id, d.name,
-                                       d.unusable.empty() ? d.not_default : d.unusable));
-    }
-  if (all.empty()) throw BackendError("no usable device found at all (not even the CPU)");
-  std::stable_sort(all.begin(), all.end(), [](const DeviceInfo* a, const DeviceInfo* b) {
-    if (kind_rank(a->kind) != kind_rank(b->kind)) return kind_rank(a->kind) < kind_rank(b->kind);
-    // A GPU API's driver that runs on the CPU (lavapipe, PoCL) only adds overhead to the CPU.
-    if (a->kind == DeviceKind::Cpu && (a->api == Api::Cpu) != (b->api == Api::Cpu))
-      return a->api == Api::Cpu;
-    if (a->memory_total != b->memory_total) return a->memory_total > b->memory_total;
-    return api_rank(a->api) < api_rank(b->api);
-  });
-  DeviceChoice c;
-  const DeviceInfo* best = all.front();
-  c.device_id = best->id;
-  if (best->kind == DeviceKind::Cpu) {
-    std::vector<std::string> why;
-    for (const auto& r : reports)
-      if (r.api != Api::Cpu && r.devices.empty())
-        why.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
-    const bool other_usable =
-        std::any_of(all.begin(), all.end(), [](const DeviceInfo* d) { return d->api != Api::Cpu; });
-    c.reason = other_usable ? "the CPU backend ranks above the other devices found, which run on "
-                              "the CPU too"
-                            : "no GPU is usable";
-    c.passed = why;
-  } else {
-    c.reason = fmt::format("{} is a {}{}", best->name, device_kind_name(best->kind),
-                           all.size() > 1 ? ", the highest-ranked device found" : "");
-  }
-  for (const std::string& u : unusable) c.passed.push_back(u);
-  for (size_t i = 1; i < all.size(); ++i) {
-    const DeviceInfo* d = all[i];
-    if (!best->uuid.empty() && d->uuid == best->uuid)
-      c.passed.push_back(
-          fmt::format("{}: same device as {}, whose API ranks higher", d->id, best->id));
-    else if (d->kind != DeviceKind::Cpu || best->kind != DeviceKind::Cpu)
-      c.passed.push_back(fmt::format("{}: {} ranks below {}", d->id, device_kind_name(d->kind),
-                                     device_kind_name(best->kind)));
-  }
-  return c;
-}
-
 std::string plugin_load_failure(std::string_view plugin, std::string_view err) {
   // glibc: "<library>: cannot open shared object file: No such file or directory"
   constexpr std::string_view kMissing = ": cannot open shared object file";
@@ -273,29 +247,128 @@ std::string plugin_load_failure(std::string_view plugin, std::string_view err) {
   return fmt::format("plugin {} needs {}, which is not installed", plugin, lib);
 }
 
-void load_backend_plugins(Registry& registry, const std::string& dir) {
+std::unique_ptr<Backend> load_backend_plugin(const std::string& path) {
+  const std::string file = std::filesystem::path(path).filename().string();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* err = dlerror();
+    throw BackendError(plugin_load_failure(file, err ? err : "?"));
+  }
+  auto abi = reinterpret_cast<BackendAbiFn>(dlsym(handle, kBackendAbiSymbol));
+  if (!abi || abi() != kBackendAbiVersion)
+    throw BackendError(fmt::format(
+        "plugin {} was built for another version of polystack (backend ABI {}, this one has {}); "
+        "rebuild it or remove it",
+        file, abi ? std::to_string(abi()) : std::string("unknown"), kBackendAbiVersion));
+  auto create = reinterpret_cast<BackendCreateFn>(dlsym(handle, kBackendCreateSymbol));
+  if (!create)
+    throw BackendError(fmt::format("plugin {} has no {} symbol", file, kBackendCreateSymbol));
+  // The handle stays open for the life of the process: the backend's code lives in it.
+  std::unique_ptr<Backend> b(create());
+  if (!b) throw BackendError(fmt::format("plugin {} created no backend", file));
+  return b;
+}
+
+std::map<Api, std::string> find_backend_plugins(const std::string& dir) {
+  std::map<Api, std::string> out;
   for (Api api : kAllApis) {
     if (api == Api::Cpu) continue;
     const auto path =
         std::filesystem::path(dir) / fmt::format("libpolystack-backend-{}.so", api_name(api));
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) continue;
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* err = dlerror();
-      registry.note_unavailable(api,
-                                plugin_load_failure(path.filename().string(), err ? err : "?"));
-      continue;
-    }
-    auto create = reinterpret_cast<BackendCreateFn>(dlsym(handle, kBackendCreateSymbol));
-    if (!create) {
-      registry.note_unavailable(api, fmt::format("plugin {} has no {} symbol",
-                                                 path.filename().string(), kBackendCreateSymbol));
-      continue;
-    }
-    // The handle stays open for the life of the process: the backend's code lives in it.
-    registry.add(std::unique_ptr<Backend>(create()));
+    if (std::filesystem::exists(path, ec)) out[api] = path.string();
   }
+  return out;
+}
+
+void load_backend_plugins(Registry& registry, const std::string& dir) {
+  for (auto& [api, path] : find_backend_plugins(dir)) {
+    try {
+      registry.add(load_backend_plugin(path));
+    } catch (const BackendError& e) {
+      registry.note_unavailable(api, e.what());
+    }
+  }
+}
+
+namespace {
+
+Api plugin_api(const std::string& path) {
+  const std::string file = std::filesystem::path(path).filename().string();
+  for (Api api : kAllApis)
+    if (file == fmt::format("libpolystack-backend-{}.so", api_name(api))) return api;
+  throw UsageError(fmt::format("{}: not a backend plugin's file name", path));
+}
+
+}  // namespace
+
+int probe_child_main(const std::string& path) {
+  const Api api = plugin_api(path);
+  write_report_line(nlohmann::json{{"stage", "loading"}}.dump());
+  ProbeReport r;
+  r.api = api;
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = load_backend_plugin(path);
+  } catch (const BackendError& e) {
+    r.reason = e.what();  // not built: a missing library is data, not a failure of the probe
+  }
+  if (backend) {
+    write_report_line(nlohmann::json{{"stage", "probing"}}.dump());
+    Registry reg;
+    reg.add(std::move(backend));
+    r = reg.probe(api);
+  }
+  write_report_line(nlohmann::json{{"report", to_json(r)}}.dump());
+  return 0;
+}
+
+std::vector<ProbeReport> probe_plugins_out_of_process(
+    const std::vector<std::pair<Api, std::string>>& plugins, double timeout_s) {
+  std::vector<std::vector<std::string>> args;
+  for (const auto& [api, path] : plugins) args.push_back({"__probe", path});
+  const std::vector<ChildResult> results = run_children(self_executable(), args, timeout_s);
+  std::vector<ProbeReport> out;
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    const ChildResult& c = results[i];
+    const Api api = plugins[i].first;
+    ProbeReport r;
+    std::string stage = "loading";
+    bool have_report = false;
+    std::string bad_line;
+    for (const std::string& line : c.lines) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("stage") && j["stage"].is_string())
+        stage = j["stage"].get<std::string>();
+      else if (j.is_object() && j.contains("report")) {
+        try {
+          r = probe_report_from_json(j["report"]);
+          have_report = r.api == api;
+          if (!have_report) bad_line = "a report for another API";
+        } catch (const BackendError& e) {
+          bad_line = e.what();
+        }
+      } else {
+        bad_line = "a line that is not a report";
+      }
+    }
+    if (have_report && c.exited_cleanly()) {
+      out.push_back(std::move(r));
+      continue;
+    }
+    r = ProbeReport{};
+    r.api = api;
+    r.built = true;
+    r.failed = true;
+    if (!bad_line.empty() && c.exited_cleanly())
+      r.reason = fmt::format("the {} plugin's probe sent {}", api_name(api), bad_line);
+    else
+      r.reason =
+          fmt::format("the {} plugin {}", api_name(api),
+                      c.failure(timeout_s, have_report ? "after probing" : "while " + stage));
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace ps

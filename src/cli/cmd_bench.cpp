@@ -18,6 +18,7 @@ namespace ps::cli {
 namespace {
 
 struct Result {
+  std::string device, device_name;
   std::string test;
   int threads;
   int n_tokens;
@@ -67,12 +68,18 @@ Action add_bench(CLI::App& app) {
   struct Opts {
     ModelFlags mf;
     std::vector<int> pp{512}, tg{128}, threads;
+    std::vector<std::string> devices;
     int reps = 3;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, true);
   cmd->remove_option(cmd->get_option("--threads"));
+  cmd->remove_option(cmd->get_option("--device"));
+  cmd->add_option("--device", o->devices,
+                  "Devices to test (comma-separated specs, e.g. cpu,vulkan:0; default: the one "
+                  "the policy chooses); each row's speed is also given as a ratio to the first")
+      ->delimiter(',');
   cmd->add_option("-p,--n-prompt", o->pp, "Prompt lengths to test (comma-separated; 0: skip)")
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 20));
@@ -87,72 +94,90 @@ Action add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Machine-readable output");
 
   return [o] {
-    check_device_flag(o->mf);
+    std::vector<std::string> devices = o->devices;
+    if (devices.empty()) devices.push_back(o->mf.session.device);
+    for (const std::string& d : devices) {
+      ModelFlags one = o->mf;
+      one.session.device = d;
+      check_device_flag(one);
+    }
     auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
     const ModelParams& p = model->model->params();
     std::vector<int> threads = o->threads;
     if (threads.empty()) threads.push_back(0);
-    std::mt19937 rng(1234);
-    std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
     std::vector<Result> results;
-    std::string device_id, device_name;
     int max_needed = 1;
     for (int n : o->pp) max_needed = std::max(max_needed, n + 1);
     for (int n : o->tg) max_needed = std::max(max_needed, n + 1);
 
-    for (int t : threads) {
-      SessionOptions so = o->mf.session;
-      so.n_threads = t;
-      if (so.n_ctx == 0) so.n_ctx = max_needed;
-      if (so.n_ctx < max_needed)
-        throw UsageError(fmt::format("context {} is smaller than the longest test ({} tokens)",
-                                     so.n_ctx, max_needed - 1));
-      int batch = 1;
-      for (int n : o->pp) batch = std::max(batch, n);
-      so.n_batch = batch;
-      Session s(model, so);
-      device_id = s.device().info().id;
-      device_name = s.device().info().name;
-      const int used_threads = s.device().threads();
-      {  // warm-up: page in the weights, grow the arenas
-        std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
-        for (auto& x : w) x = tok(rng);
-        s.eval(w);
-        s.eval(std::span<const int32_t>(w.data(), 1));
-        s.reset();
-      }
-      for (int n : o->pp) {
-        if (n == 0) continue;
-        Result r{fmt::format("pp{}", n), used_threads, n, {}};
-        for (int rep = 0; rep < o->reps; ++rep) {
-          std::vector<int32_t> ids(static_cast<size_t>(n));
-          for (auto& x : ids) x = tok(rng);
+    for (const std::string& spec : devices)
+      for (int t : threads) {
+        // The same token ids on every device and thread count.
+        std::mt19937 rng(1234);
+        std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
+        SessionOptions so = o->mf.session;
+        so.device = spec;
+        so.n_threads = t;
+        if (so.n_ctx == 0) so.n_ctx = max_needed;
+        if (so.n_ctx < max_needed)
+          throw UsageError(fmt::format("context {} is smaller than the longest test ({} tokens)",
+                                       so.n_ctx, max_needed - 1));
+        int batch = 1;
+        for (int n : o->pp) batch = std::max(batch, n);
+        so.n_batch = batch;
+        Session s(model, so);
+        print_device_choice(s);
+        const std::string device_id = s.device().info().id;
+        const std::string device_name = s.device().info().name;
+        const int used_threads = s.device().threads();
+        {  // warm-up: page in the weights, grow the arenas
+          std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
+          for (auto& x : w) x = tok(rng);
+          s.eval(w);
+          s.eval(std::span<const int32_t>(w.data(), 1));
           s.reset();
-          const auto t0 = std::chrono::steady_clock::now();
-          s.eval(ids);
-          r.seconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
-        results.push_back(r);
-      }
-      for (int n : o->tg) {
-        if (n == 0) continue;
-        Result r{fmt::format("tg{}", n), used_threads, n, {}};
-        for (int rep = 0; rep < o->reps; ++rep) {
-          s.reset();
-          int32_t id = tok(rng);
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < n; ++i) {
-            const int32_t one[1] = {id};
-            s.eval(one);
-            id = tok(rng);
+        for (int n : o->pp) {
+          if (n == 0) continue;
+          Result r{device_id, device_name, fmt::format("pp{}", n), used_threads, n, {}};
+          for (int rep = 0; rep < o->reps; ++rep) {
+            std::vector<int32_t> ids(static_cast<size_t>(n));
+            for (auto& x : ids) x = tok(rng);
+            s.reset();
+            const auto t0 = std::chrono::steady_clock::now();
+            s.eval(ids);
+            r.seconds.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           }
-          r.seconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          results.push_back(r);
         }
-        results.push_back(r);
+        for (int n : o->tg) {
+          if (n == 0) continue;
+          Result r{device_id, device_name, fmt::format("tg{}", n), used_threads, n, {}};
+          for (int rep = 0; rep < o->reps; ++rep) {
+            s.reset();
+            int32_t id = tok(rng);
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < n; ++i) {
+              const int32_t one[1] = {id};
+              s.eval(one);
+              id = tok(rng);
+            }
+            r.seconds.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+          results.push_back(r);
+        }
       }
-    }
+    // Each row against the first device's row of the same test (and thread count, when the
+    // first device has it).
+    const std::string& first = results.empty() ? std::string() : results.front().device;
+    const auto ratio = [&](const Result& r) {
+      const Result* base = nullptr;
+      for (const Result& b : results)
+        if (b.device == first && b.test == r.test && (!base || b.threads == r.threads)) base = &b;
+      return base && base->mean_tps() > 0 ? r.mean_tps() / base->mean_tps() : 0.0;
+    };
 
     const std::string mname =
         fmt::format("{} {} {}", p.architecture, params_text(p.n_params), main_type(*model->file));
@@ -163,26 +188,30 @@ Action add_bench(CLI::App& app) {
                        {"model_file", o->mf.model},
                        {"model_bytes", p.weight_bytes},
                        {"n_params", p.n_params},
-                       {"device", device_id},
-                       {"device_name", device_name},
+                       {"device", r.device},
+                       {"device_name", r.device_name},
                        {"threads", r.threads},
                        {"test", r.test},
                        {"n_tokens", r.n_tokens},
                        {"repetitions", r.seconds.size()},
                        {"seconds", r.seconds},
                        {"avg_ts", r.mean_tps()},
-                       {"stddev_ts", r.stddev_tps()}});
+                       {"stddev_ts", r.stddev_tps()},
+                       {"ratio", ratio(r)},
+                       {"ratio_to", first}});
       fmt::print("{}\n", out.dump(2));
       return 0;
     }
-    fmt::print("| {:<28} | {:>10} | {:>9} | {:<8} | {:>7} | {:>7} | {:>20} |\n", "model", "size",
-               "params", "device", "threads", "test", "t/s");
-    fmt::print("| {:-<28} | {:->10} | {:->9} | {:-<8} | {:->7} | {:->7} | {:->20} |\n", "", "", "",
-               "", "", "", "");
+    std::string vs = fmt::format("vs {}", first);
+    fmt::print("| {:<28} | {:>10} | {:>9} | {:<9} | {:>7} | {:>7} | {:>20} | {:>9} |\n", "model",
+               "size", "params", "device", "threads", "test", "t/s", vs);
+    fmt::print("| {:-<28} | {:->10} | {:->9} | {:-<9} | {:->7} | {:->7} | {:->20} | {:->9} |\n", "",
+               "", "", "", "", "", "", "");
     for (const auto& r : results)
-      fmt::print("| {:<28} | {:>10} | {:>9} | {:<8} | {:>7} | {:>7} | {:>20} |\n", mname,
-                 size_text(p.weight_bytes), params_text(p.n_params), device_id, r.threads, r.test,
-                 fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()));
+      fmt::print("| {:<28} | {:>10} | {:>9} | {:<9} | {:>7} | {:>7} | {:>20} | {:>9} |\n", mname,
+                 size_text(p.weight_bytes), params_text(p.n_params), r.device, r.threads, r.test,
+                 fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()),
+                 fmt::format("{:.2f}x", ratio(r)));
     return 0;
   };
 }

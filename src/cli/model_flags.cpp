@@ -1,3 +1,7 @@
+#include <fmt/format.h>
+
+#include "backend/device_choice.h"
+#include "backend/physical_device.h"
 #include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -15,16 +19,37 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   cmd->add_option("-t,--threads", f.session.n_threads, "CPU threads (0: physical cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--device", f.session.device,
-                  "Device to run on, e.g. cpu or vulkan:0 (default: chosen by policy)");
+                  "Device: auto (default), cpu, gpu, an API (cuda, vulkan, ...), an id "
+                  "(vulkan:0), a UUID or pci:0000:41:00.0; default POLYSTACK_DEVICE");
   cmd->add_flag("--strict", f.session.strict,
-                "Fail instead of running unsupported ops on another device");
+                "Fail instead of falling back: a device passed over for a failure, ops run "
+                "elsewhere");
+  cmd->add_flag_callback(
+      "--no-self-check", [&f] { f.session.self_check = false; },
+      "Run on a GPU without checking it against the CPU first");
+  cmd->add_flag("--recheck", f.session.recheck,
+                "Run the device self-check again even when its result is cached");
 }
 
 void check_device_flag(const ModelFlags& f) {
-  if (f.session.device.empty()) return;
-  DeviceOptions probe;
-  probe.n_threads = 1;
-  Registry::global().open(f.session.device, probe);
+  // The spec's form and the named device's presence, before a model is loaded; the self-check
+  // comes with the model (it needs the weight types).
+  const DeviceSpec spec = parse_device_spec(device_spec_text(f.session.device));
+  if (spec.kind == DeviceSpec::Kind::Auto || spec.kind == DeviceSpec::Kind::Cpu) return;
+  ChoiceOptions c;
+  c.spec = f.session.device;
+  c.self_check = false;
+  choose_device(Registry::global(), c);
+}
+
+void print_device_choice(const Session& s) {
+  const ChosenDevice& c = s.device_choice();
+  for (const auto& line : c.notes) fmt::print(stderr, "polystack: {}\n", line);
+  const DeviceInfo& dev = s.device().info();
+  fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, describe_device(dev), c.reason);
+  for (const auto& line : c.passed) fmt::print(stderr, "polystack: not chosen: {}\n", line);
+  for (const auto& line : s.placement().fallbacks)
+    fmt::print(stderr, "polystack: fallback: {}\n", line);
 }
 
 }  // namespace ps::cli

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -28,6 +29,23 @@ std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool wit
   return m;
 }
 
+ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptions& opts) {
+  ChoiceOptions c;
+  c.spec = opts.device;
+  c.strict = opts.strict;
+  c.self_check = opts.self_check;
+  c.recheck = opts.recheck;
+  std::map<DType, uint64_t> bytes;
+  for (const auto& t : model.file->tensors())
+    if (t.dims.size() >= 2 && t.dims[1] > 1) bytes[t.type] += t.nbytes;
+  uint64_t most = 0;
+  for (auto [t, b] : bytes) {
+    c.weight_types.push_back(t);
+    if (b > most) most = b, c.timed_type = t;
+  }
+  return c;
+}
+
 Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts)
     : model_(std::move(model)) {
   const ModelParams& p = model_->model->params();
@@ -41,15 +59,8 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   Registry& reg = Registry::global();
   DeviceOptions dopts;
   dopts.n_threads = opts.n_threads;
-  std::string id = opts.device;
-  if (id.empty()) {
-    DeviceChoice c = reg.choose_default();
-    id = c.device_id;
-    device_reason_ = c.reason;
-  } else {
-    device_reason_ = "chosen with --device";
-  }
-  device_ = reg.open(id, dopts);
+  choice_ = choose_device(reg, device_choice_options(*model_, opts));
+  device_ = reg.open(choice_.device_id, dopts);
   if (const DeviceInfo& di = device_->info(); !di.unusable.empty())
     throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
   std::vector<Device*> devices{device_.get()};

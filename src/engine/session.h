@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_choice.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -31,9 +32,15 @@ struct SessionOptions {
   int n_ctx = 0;       // 0: the model's training context, capped at 4096
   int n_batch = 512;   // prompt tokens per forward pass
   int n_threads = 0;   // 0: physical cores
-  std::string device;  // "" chooses by the default policy
+  std::string device;  // a device spec (backend/physical_device.h); "" : POLYSTACK_DEVICE or auto
   bool strict = false;
+  bool self_check = true;  // false: trust a GPU without its self-check (--no-self-check)
+  bool recheck = false;    // run the self-check again even when results are cached
 };
+
+// The options for choosing a model's device: the session's flags and the model's weight types
+// (each gets self-check cases; the one holding most bytes is timed).
+ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptions& opts);
 
 class Session {
  public:
@@ -48,7 +55,8 @@ class Session {
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   const Device& device() const { return *device_; }
-  const std::string& device_reason() const { return device_reason_; }
+  // Which device and why, the devices passed over and the self-checks that ran.
+  const ChosenDevice& device_choice() const { return choice_; }
   const PlacementReport& placement() const { return scheduler_->report(); }
   const LoadedModel& model() const { return *model_; }
   size_t kv_cache_bytes() const;
@@ -62,7 +70,7 @@ class Session {
 
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<Device> device_;
-  std::string device_reason_;
+  ChosenDevice choice_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
   int n_ctx_ = 0;

@@ -84,8 +84,9 @@ def check_fake_driver(binary: str, fake_dir: str, model: str, problems: list):
         if d.get(k) != v:
             problems.append(f"fake driver: {k} is {d.get(k)!r}, expected {v!r}")
     facts = d.get("facts", {})
-    for k, v in {"compute capability": "9.0", "PCI bus id": "0000:4E:00.0",
-                 "multiprocessors": "132"}.items():
+    if d.get("pci_bus_id") != "0000:4E:00.0":
+        problems.append(f"fake driver: pci_bus_id is {d.get('pci_bus_id')!r}")
+    for k, v in {"compute capability": "9.0", "multiprocessors": "132"}.items():
         if facts.get(k) != v:
             problems.append(f"fake driver: fact {k!r} is {facts.get(k)!r}, expected {v!r}")
     if not d.get("driver_version", "").startswith("CUDA 13.0"):
@@ -98,10 +99,14 @@ def check_fake_driver(binary: str, fake_dir: str, model: str, problems: list):
     if d["usable"]:
         if not (kernels.startswith("machine code for sm_90") or kernels.startswith("PTX")):
             problems.append(f"fake driver: usable, but kernels in this build: {kernels!r}")
-        if not d.get("not_default_reason"):
-            problems.append("fake driver: an unverified CUDA device must not be the default")
+        # The stand-in's runtime cannot run kernels: its self-check fails, and the default
+        # policy passes it over with that reason.
         if r["default"]["device"] == "cuda:0":
             problems.append("fake driver: cuda:0 became the default device")
+        why = [l for l in r["default"]["passed_over"] if l.startswith("cuda:0 ")]
+        if not why or "self-check failed" not in why[0] or "cannot select the device" not in why[0]:
+            problems.append(f"fake driver: the default does not say why cuda:0 was passed over: "
+                            f"{why}")
     elif not d.get("unusable_reason", "").startswith("this card is sm_90"):
         problems.append(f"fake driver: unusable for another reason: {d.get('unusable_reason')!r}")
 
@@ -129,7 +134,8 @@ def check_fake_driver(binary: str, fake_dir: str, model: str, problems: list):
         lines = rr.stderr.strip().splitlines()
         print(f"fake driver, run --device cuda:0: rc={rr.returncode} stderr={rr.stderr.strip()!r}")
         if rr.returncode <= 0 or rr.stdout.strip() or len(lines) != 1 or \
-                not lines[0].startswith("polystack: error: cuda:0 (Fake NVIDIA H200): "):
+                not lines[0].startswith("polystack: error: cuda:0 (Fake NVIDIA H200) failed its "
+                                        "self-check: cannot select the device: "):
             problems.append("fake driver: run --device cuda:0 did not fail with one error line "
                             "naming the device")
 

@@ -85,12 +85,15 @@ def main() -> int:
         if "no driver" not in none["reason"] or missing not in none["reason"]:
             problems.append(f"no-driver reason does not say so or where: {none['reason']!r}")
 
+    # A CPU driver (lavapipe) is never the default, and the default says why it passed it over.
     for d in vk_devices:
-        if d.get("usable") and report["default"]["device"] == d["id"]:
-            problems.append(f"{d['id']} was chosen by default although Vulkan devices are "
-                            "only chosen by name")
-        if d.get("usable") and not d.get("not_default_reason"):
-            problems.append(f"{d['id']}: no reason given for not being chosen by default")
+        if d["kind"] != "cpu" or not d.get("usable"):
+            continue
+        if report["default"]["device"] == d["id"]:
+            problems.append(f"{d['id']} is a CPU driver but was chosen by default")
+        why = [l for l in report["default"]["passed_over"] if l.startswith(d["id"] + " ")]
+        if not why or "a CPU driver of vulkan" not in why[0]:
+            problems.append(f"{d['id']}: the default does not say why it passed it over: {why}")
 
     if not os.path.exists(args.model):
         print(f"note: {args.model} is absent, so the run cases are not checked")

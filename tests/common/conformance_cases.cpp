@@ -14,36 +14,6 @@
 namespace ps::conformance {
 namespace {
 
-std::vector<float> normal(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// A leaf of `type` holding random values (quantized from normal floats for non-F32 types).
-Tensor* random_leaf(Case& c, const std::string& name, DType type, std::array<int64_t, 4> ne,
-                    std::mt19937& rng) {
-  const int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
-  const std::vector<float> f = normal(size_t(n), rng);
-  std::vector<uint8_t>& bytes =
-      c.leaf_bytes.emplace_back(row_bytes(type, ne[0]) * size_t(ne[1] * ne[2] * ne[3]));
-  if (type == DType::F32)
-    std::memcpy(bytes.data(), f.data(), bytes.size());
-  else
-    for (int64_t r = 0; r < n / ne[0]; ++r)
-      quantize_row(type, f.data() + r * ne[0], bytes.data() + size_t(r) * row_bytes(type, ne[0]),
-                   ne[0]);
-  return c.graph.leaf(name, type, ne, bytes.data());
-}
-
-// An I32 leaf with the given values (ids, positions).
-Tensor* int_leaf(Case& c, const std::string& name, std::vector<int32_t> values, std::mt19937&) {
-  std::vector<uint8_t>& bytes = c.leaf_bytes.emplace_back(values.size() * sizeof(int32_t));
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return c.graph.leaf(name, DType::I32, {int64_t(values.size()), 1, 1, 1}, bytes.data());
-}
-
 using Builder = std::function<void(Case&, std::mt19937&)>;
 
 }  // namespace
@@ -59,9 +29,9 @@ std::vector<std::unique_ptr<Case>> all_cases() {
         builders.emplace_back(
             fmt::format("{} {}{}", op_name(op), dims, broadcast ? " src1 one row" : ""),
             [=](Case& c, std::mt19937& rng) {
-              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
-              Tensor* b = random_leaf(c, "b", DType::F32,
-                                      broadcast ? std::array<int64_t, 4>{s[0], 1, 1, 1} : s, rng);
+              Tensor* a = c.random_leaf("a", DType::F32, s, rng);
+              Tensor* b = c.random_leaf("b", DType::F32,
+                                        broadcast ? std::array<int64_t, 4>{s[0], 1, 1, 1} : s, rng);
               c.out = op == OpKind::Add   ? c.graph.add(a, b)
                       : op == OpKind::Mul ? c.graph.mul(a, b)
                                           : c.graph.swiglu(a, b);
@@ -71,26 +41,26 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale}) {
       builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
                             [=](Case& c, std::mt19937& rng) {
-                              Tensor* a = random_leaf(c, "a", DType::F32, s, rng);
+                              Tensor* a = c.random_leaf("a", DType::F32, s, rng);
                               c.out = op == OpKind::Silu   ? c.graph.silu(a)
                                       : op == OpKind::Gelu ? c.graph.gelu(a)
                                                            : c.graph.scale(a, 25.3f);
                             });
     }
     builders.emplace_back(fmt::format("rms_norm {}", dims), [=](Case& c, std::mt19937& rng) {
-      c.out = c.graph.rms_norm(random_leaf(c, "a", DType::F32, s, rng), 1e-5f);
+      c.out = c.graph.rms_norm(c.random_leaf("a", DType::F32, s, rng), 1e-5f);
     });
     for (int32_t causal : {-1, 0, 2}) {
       builders.emplace_back(
           fmt::format("softmax {} causal {}", dims, causal), [=](Case& c, std::mt19937& rng) {
-            c.out = c.graph.softmax(random_leaf(c, "a", DType::F32, s, rng), 0.7f, causal);
+            c.out = c.graph.softmax(c.random_leaf("a", DType::F32, s, rng), 0.7f, causal);
           });
     }
   }
   // A view with an offset: the kernels must honour strides and a first element that is not the
   // start of a buffer.
   builders.emplace_back("rms_norm of a strided view", [](Case& c, std::mt19937& rng) {
-    Tensor* a = random_leaf(c, "a", DType::F32, {40, 6, 1, 1}, rng);
+    Tensor* a = c.random_leaf("a", DType::F32, {40, 6, 1, 1}, rng);
     Tensor* v = c.graph.view(a, {33, 3, 1, 1}, {4, 4 * 40 * 2, 4 * 40 * 6, 4 * 40 * 6}, 4 * 5);
     c.out = c.graph.rms_norm(v, 1e-6f);
   });
@@ -104,11 +74,11 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                {5, 1}, {5, 3}, {5, 6}, {33, 1}, {33, 3}, {33, 6}, {5, 70}, {131, 70}}) {
         builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
                               [=](Case& c, std::mt19937& rng) {
-                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
-                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                Tensor* w = c.random_leaf("w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = c.random_leaf("x", DType::F32, {k, m, 1, 1}, rng);
                                 c.out = c.graph.matmul(w, x);
                                 // Quantized paths quantize the activations to 8 bits.
-                                c.tolerance = quant ? 2e-2 : (t == DType::F32 ? 1e-5 : 1e-3);
+                                c.tolerance = Case::matmul_tolerance(t);
                               });
       }
     }
@@ -118,16 +88,16 @@ std::vector<std::unique_ptr<Case>> all_cases() {
   for (int64_t m : {1, 2}) {
     builders.emplace_back(fmt::format("matmul Q8_0 K=32 N=270001 M={}", m),
                           [=](Case& c, std::mt19937& rng) {
-                            Tensor* w = random_leaf(c, "w", DType::Q8_0, {32, 270001, 1, 1}, rng);
-                            Tensor* x = random_leaf(c, "x", DType::F32, {32, m, 1, 1}, rng);
+                            Tensor* w = c.random_leaf("w", DType::Q8_0, {32, 270001, 1, 1}, rng);
+                            Tensor* x = c.random_leaf("x", DType::F32, {32, m, 1, 1}, rng);
                             c.out = c.graph.matmul(w, x);
                             c.tolerance = 2e-2;
                           });
   }
   // The same as a get_rows table (an embedding), with ids across all of it.
   builders.emplace_back("get_rows Q8_0 from 270001 rows", [](Case& c, std::mt19937& rng) {
-    Tensor* table = random_leaf(c, "table", DType::Q8_0, {32, 270001, 1, 1}, rng);
-    Tensor* ids = int_leaf(c, "ids", {270000, 0, 123457, 7, 270000, 200001, 98000}, rng);
+    Tensor* table = c.random_leaf("table", DType::Q8_0, {32, 270001, 1, 1}, rng);
+    Tensor* ids = c.int_leaf("ids", {270000, 0, 123457, 7, 270000, 200001, 98000});
     c.out = c.graph.get_rows(table, ids);
   });
   // The k-quants: super-blocks of 256.
@@ -137,8 +107,8 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
         builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
                               [=](Case& c, std::mt19937& rng) {
-                                Tensor* w = random_leaf(c, "w", t, {k, n, 1, 1}, rng);
-                                Tensor* x = random_leaf(c, "x", DType::F32, {k, m, 1, 1}, rng);
+                                Tensor* w = c.random_leaf("w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = c.random_leaf("x", DType::F32, {k, m, 1, 1}, rng);
                                 c.out = c.graph.matmul(w, x);
                                 c.tolerance = 2e-2;
                               });
@@ -149,16 +119,16 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
                           [=](Case& c, std::mt19937& rng) {
                             const int64_t width = block_size(t) > 1 ? 64 : 37;
-                            Tensor* table = random_leaf(c, "table", t, {width, 11, 1, 1}, rng);
-                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            Tensor* table = c.random_leaf("table", t, {width, 11, 1, 1}, rng);
+                            Tensor* ids = c.int_leaf("ids", {10, 0, 3, 7, 10, 1});
                             c.out = c.graph.get_rows(table, ids);
                           });
   }
   for (DType t : kquant_types) {
     builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),
                           [=](Case& c, std::mt19937& rng) {
-                            Tensor* table = random_leaf(c, "table", t, {512, 11, 1, 1}, rng);
-                            Tensor* ids = int_leaf(c, "ids", {10, 0, 3, 7, 10, 1}, rng);
+                            Tensor* table = c.random_leaf("table", t, {512, 11, 1, 1}, rng);
+                            Tensor* ids = c.int_leaf("ids", {10, 0, 3, 7, 10, 1});
                             c.out = c.graph.get_rows(table, ids);
                           });
   }
@@ -167,8 +137,8 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       builders.emplace_back(
           fmt::format("rope {} n_rot {}", mode == RopeMode::NeoX ? "neox" : "normal", n_rot),
           [=](Case& c, std::mt19937& rng) {
-            Tensor* x = random_leaf(c, "x", DType::F32, {16, 3, 5, 1}, rng);
-            Tensor* pos = int_leaf(c, "pos", {0, 1, 7, 30, 95}, rng);
+            Tensor* x = c.random_leaf("x", DType::F32, {16, 3, 5, 1}, rng);
+            Tensor* pos = c.int_leaf("pos", {0, 1, 7, 30, 95});
             c.out = c.graph.rope(x, pos, n_rot, 10000.0f, 0.5f, mode);
             c.tolerance = 1e-4;
           });
@@ -179,8 +149,8 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     builders.emplace_back(
         fmt::format("copy F32 into a {} cache view", dtype_name(t)),
         [=](Case& c, std::mt19937& rng) {
-          Tensor* src = random_leaf(c, "src", DType::F32, {8, 2, 3, 1}, rng);
-          Tensor* cache = random_leaf(c, "cache", t, {8, 2, 6, 1}, rng);
+          Tensor* src = c.random_leaf("src", DType::F32, {8, 2, 3, 1}, rng);
+          Tensor* cache = c.random_leaf("cache", t, {8, 2, 6, 1}, rng);
           const size_t e = t == DType::F16 ? 2 : 4;
           Tensor* view = c.graph.view(cache, {8, 2, 3, 1}, {e, 8 * e, 16 * e, 48 * e}, 2 * 16 * e);
           c.graph.copy(src, view);
@@ -215,9 +185,9 @@ std::vector<std::unique_ptr<Case>> all_cases() {
   };
   for (const AttentionCase& a : attention_cases) {
     builders.emplace_back(fmt::format("attention {}", a.what), [a](Case& c, std::mt19937& rng) {
-      Tensor* q = random_leaf(c, "q", DType::F32, {a.hd, a.n_head, a.T, 1}, rng);
-      Tensor* k = random_leaf(c, "k", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
-      Tensor* v = random_leaf(c, "v", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, a.T, 1}, rng);
+      Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
+      Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
       c.out = c.graph.attention(q, k, v, a.n_past, a.scale, a.window);
       c.tolerance = 1e-4;
     });
@@ -231,61 +201,6 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     cases.push_back(std::move(c));
   }
   return cases;
-}
-
-std::vector<float> run_on(Device& dev, Case& c) {
-  std::vector<std::unique_ptr<Buffer>> buffers;
-  std::map<Tensor*, void*> host;  // the leaves' host bytes, restored afterwards
-  for (Tensor* t : c.graph.all()) {
-    if (t->op != OpKind::None) continue;
-    host[t] = t->data;
-    auto& b = buffers.emplace_back(dev.alloc(t->n_bytes()));
-    b->write(0, t->data, t->n_bytes());
-    t->data = b->address();
-  }
-  for (Tensor* n : c.graph.nodes()) {
-    if (n->op == OpKind::View)
-      n->data = static_cast<char*>(n->src[0]->data) + n->view_offset;
-    else if (n->op == OpKind::Copy)
-      n->data = n->src[1]->data;
-    else
-      n->data = buffers.emplace_back(dev.alloc(n->n_bytes()))->address();
-  }
-  dev.execute(c.graph.nodes());
-  dev.synchronize();
-  // The output's bytes: in the buffer whose address range holds the output's address.
-  const size_t n_out = size_t(c.out->n_elements());
-  std::vector<uint8_t> raw(c.out->n_bytes());
-  bool found = false;
-  for (auto& b : buffers) {
-    const char* base = static_cast<const char*>(b->address());
-    const char* at = static_cast<const char*>(c.out->data);
-    if (at >= base && at + raw.size() <= base + b->size()) {
-      b->read(size_t(at - base), raw.data(), raw.size());
-      found = true;
-    }
-  }
-  if (!found) throw std::runtime_error("the output is in no buffer");
-  for (auto& [t, p] : host) t->data = p;
-  std::vector<float> out(n_out);
-  if (c.out_type == DType::F32)
-    std::memcpy(out.data(), raw.data(), n_out * sizeof(float));
-  else
-    dequantize_row(c.out_type, raw.data(), out.data(), int64_t(n_out));
-  return out;
-}
-
-std::vector<std::string> mismatches(const Case& c, const std::vector<float>& want,
-                                    const std::vector<float>& got) {
-  double scale = 0;
-  for (float v : want) scale = std::max(scale, std::fabs(double(v)));
-  std::vector<std::string> out;
-  for (size_t i = 0; i < want.size() && out.size() < 5; ++i)
-    if (i >= got.size() ||
-        !(std::fabs(double(got[i]) - want[i]) <= c.tolerance * std::max(scale, 1e-6)))
-      out.push_back(fmt::format("element {}: {} where the CPU has {}", i,
-                                i < got.size() ? got[i] : NAN, want[i]));
-  return out;
 }
 
 }  // namespace ps::conformance

@@ -92,6 +92,9 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
     SessionOptions o;
     o.device = device;
     o.strict = true;
+    // The self-check's model-sized cases would take minutes on the emulator; the conformance
+    // cases above check the same kernels.
+    o.self_check = false;
     o.n_ctx = 64;
     o.n_batch = 4;
     Session s(loaded, o);

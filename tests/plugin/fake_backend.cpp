@@ -30,4 +30,4 @@ class FakeBackend final : public ps::Backend {
 
 }  // namespace
 
-extern "C" ps::Backend* polystack_backend_create() { return new FakeBackend(); }
+POLYSTACK_BACKEND_PLUGIN(new FakeBackend())

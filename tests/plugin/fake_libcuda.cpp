@@ -2,8 +2,9 @@
 // CUDA backend's probe uses, reporting one GPU. Tests put its folder on LD_LIBRARY_PATH to check
 // the probe's report end to end on machines without a GPU. The environment shapes the GPU:
 // FAKE_CUDA_CC (compute capability x 10, default 90), FAKE_CUDA_DRIVER (the CUDA version the
-// driver supports, default 13000), FAKE_CUDA_DEVICES (count, default 1). It implements nothing
-// the CUDA runtime needs, so opening the device must fail cleanly.
+// driver supports, default 13000), FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_UUID (device
+// 0's UUID as 32 hex digits, e.g. another API's view of a GPU, for the matching across APIs). It
+// implements nothing the CUDA runtime needs, so opening the device must fail cleanly.
 #include <cstdlib>
 #include <cstring>
 
@@ -65,6 +66,12 @@ int cuDeviceTotalMem_v2(size_t* bytes, int) {
 }
 int cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
   for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(0x10 * (i % 16) + dev);
+  const char* hex = std::getenv("FAKE_CUDA_UUID");
+  if (dev == 0 && hex && std::strlen(hex) == 32)
+    for (int i = 0; i < 16; ++i) {
+      const char pair[3] = {hex[2 * i], hex[2 * i + 1], 0};
+      uuid[i] = static_cast<unsigned char>(std::strtoul(pair, nullptr, 16));
+    }
   return 0;
 }
 int cuDeviceGetPCIBusId(char* id, int len, int dev) {

@@ -127,7 +127,7 @@ TEST(CudaProbeReport, DescribesADeviceFromItsFacts) {
   };
   EXPECT_EQ(fact("driver needed"), "580 or newer (CUDA 13.0 runtime)");
   EXPECT_EQ(fact("compute capability"), "9.0");
-  EXPECT_EQ(fact("PCI bus id"), "0000:4E:00.0");
+  EXPECT_EQ(d.pci_bus_id, "0000:4E:00.0");
   EXPECT_EQ(fact("multiprocessors"), "132");
   EXPECT_EQ(fact("kernels in this build"), "machine code for sm_90");
 

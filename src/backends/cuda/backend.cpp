@@ -19,22 +19,11 @@ constexpr Api kApi = Api::Hip;
 constexpr Api kApi = Api::Cuda;
 #endif
 
-// Until scripts/device-check has passed on such hardware, the default policy leaves these
-// devices to be asked for by name.
-constexpr const char* kNotDefault =
-    "polystack's {} kernels have not yet been verified on a GPU; run on this device with "
-    "--device {}";
-
 class GpuBackend final : public Backend {
  public:
   Api api() const override { return kApi; }
 
-  ProbeReport probe() override {
-    ProbeReport r = probe_devices();
-    for (DeviceInfo& d : r.devices)
-      if (d.unusable.empty()) d.not_default = fmt::format(kNotDefault, api_name(kApi), d.id);
-    return r;
-  }
+  ProbeReport probe() override { return probe_devices(); }
 
   std::unique_ptr<Device> open_device(int index, const DeviceOptions&) override {
     ProbeReport r = probe();
@@ -52,4 +41,4 @@ class GpuBackend final : public Backend {
 }  // namespace
 }  // namespace ps::gpu
 
-extern "C" ps::Backend* polystack_backend_create() { return new ps::gpu::GpuBackend(); }
+POLYSTACK_BACKEND_PLUGIN(new ps::gpu::GpuBackend())

@@ -196,7 +196,7 @@ DeviceInfo describe_cuda_device(const CudaDeviceFacts& f, const CudaTargets& bui
   d.architecture = sm(cc);
   if (f.uuid) d.uuid = format_cuda_uuid(*f.uuid);
   d.facts.emplace_back("compute capability", fmt::format("{}.{}", f.cc_major, f.cc_minor));
-  if (!f.pci_bus_id.empty()) d.facts.emplace_back("PCI bus id", f.pci_bus_id);
+  d.pci_bus_id = f.pci_bus_id;
   if (f.multiprocessors > 0)
     d.facts.emplace_back("multiprocessors", fmt::format("{}", f.multiprocessors));
   const CudaCoverage cov = cuda_coverage(cc, built);
@@ -235,7 +235,7 @@ DeviceInfo describe_hip_device(const HipDeviceFacts& f, const std::vector<std::s
   d.runtime_version = runtime;
   d.architecture = hip_base_arch(f.gcn_arch_name);
   d.uuid = f.uuid;
-  if (!f.pci_bus_id.empty()) d.facts.emplace_back("PCI bus id", f.pci_bus_id);
+  d.pci_bus_id = f.pci_bus_id;
   if (f.warp_size > 0) d.facts.emplace_back("wavefront size", fmt::format("{}", f.warp_size));
   if (f.multiprocessors > 0)
     d.facts.emplace_back("compute units", fmt::format("{}", f.multiprocessors));

@@ -1,7 +1,6 @@
 // The Vulkan backend plugin (libpolystack-backend-vulkan.so): probes the loader and drivers,
 // reports every device with its facts, and opens devices that run every op of the engine
-// (vulkan_ops.cpp). The kernels are straightforward and checked on lavapipe only, so the
-// default policy does not pick a Vulkan device by itself yet; `--device vulkan:N` runs on it.
+// (vulkan_ops.cpp). Whether the default policy trusts a device is the self-check's to say.
 #include <fmt/format.h>
 
 #include "backend/backend.h"
@@ -12,20 +11,11 @@
 namespace ps::vk {
 namespace {
 
-constexpr const char* kNotDefault =
-    "polystack's Vulkan kernels are simple ones, checked on lavapipe only; run on this device "
-    "with --device";
-
 class VulkanBackend final : public Backend {
  public:
   Api api() const override { return Api::Vulkan; }
 
-  ProbeReport probe() override {
-    ProbeReport r = vk::probe();
-    for (DeviceInfo& d : r.devices)
-      if (d.unusable.empty()) d.not_default = kNotDefault;
-    return r;
-  }
+  ProbeReport probe() override { return vk::probe(); }
 
   std::unique_ptr<Device> open_device(int index, const DeviceOptions&) override {
     std::string why;
@@ -38,7 +28,6 @@ class VulkanBackend final : public Backend {
     DeviceExtras& x = all[size_t(index)];
     if (!x.info.unusable.empty())  // below Vulkan 1.2
       throw BackendError(fmt::format("vulkan:{} ({}): {}", index, x.info.name, x.info.unusable));
-    x.info.not_default = kNotDefault;
     return std::make_unique<VulkanDevice>(*inst, x);
   }
 };
@@ -46,4 +35,4 @@ class VulkanBackend final : public Backend {
 }  // namespace
 }  // namespace ps::vk
 
-extern "C" ps::Backend* polystack_backend_create() { return new ps::vk::VulkanBackend(); }
+POLYSTACK_BACKEND_PLUGIN(new ps::vk::VulkanBackend())

@@ -137,6 +137,9 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   }
   lane_matmul_ = lane_per_row_matmul(extras);
   int_dot_matmul_ = integer_dot_matmul(extras);
+  if (const char* fault = std::getenv("POLYSTACK_TEST_FAULT");
+      fault && std::string_view(fault).starts_with("matmul:"))
+    fault_matmul_ = dtype_from_name(std::string_view(fault).substr(7));
   ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
 
   const float priority = 1.0f;

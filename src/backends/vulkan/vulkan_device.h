@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -138,6 +139,10 @@ class VulkanDevice final : public Device {
   bool int_dot_matmul_ =
       false;  // matmul_dot.comp for a few activation rows (integer_dot_matmul)  //
               // matmul_lanes.comp instead of matmul.comp (lane_per_row_matmul)
+  // A test hook (POLYSTACK_TEST_FAULT=matmul:TYPE): the outputs of matmuls with weights of
+  // this type are scaled by 1.25 on the device, so tests can see the self-check catch a wrong
+  // kernel.
+  std::optional<DType> fault_matmul_;
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
   std::unique_ptr<VulkanBuffer> scratch_;

@@ -284,6 +284,17 @@ void VulkanDevice::run(Tensor& n) {
         dispatch(shader, {&w, 1}, act, {&out, sizeof(float)}, none, p, gx,
                  ceil_div(cols, group_cols), gz_rows);
       }
+      if (fault_matmul_ == a->type) {  // the test hook: the output scaled in place
+        Params f{};
+        shape(f.ne, f.a_nb, n, sizeof(float));
+        shape(f.b_ne, f.b_nb, n, sizeof(float));
+        strides(f.d_nb, n, sizeof(float));
+        f.op = elementwise_code(OpKind::Scale);
+        f.fparam0 = 1.25f;
+        row_grid(uint64_t(n.n_rows()), gy, gz);
+        dispatch("elementwise", {&n, sizeof(float)}, none, {&n, sizeof(float)}, none, f,
+                 ceil_div(uint64_t(n.ne[0]), 64), gy, gz);
+      }
       return;
     }
     case OpKind::GetRows: {

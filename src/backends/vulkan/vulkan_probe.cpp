@@ -132,6 +132,11 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
       VkPhysicalDeviceIDProperties ids{};
       ids.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES;
       ids.pNext = &driver;
+      // The PCI address, so the GPU is matched with its CUDA or HIP view when the UUIDs differ.
+      VkPhysicalDevicePCIBusInfoPropertiesEXT pci{};
+      pci.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT;
+      const bool has_pci = has_ext(VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
+      if (has_pci) driver.pNext = &pci;
       VkPhysicalDeviceSubgroupProperties subgroup{};
       subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
       subgroup.pNext = &ids;
@@ -143,6 +148,9 @@ std::vector<DeviceExtras> enumerate(const Loader& l, VkInstance instance,
                              ? fmt::format("{} ({})", driver.driverName, driver.driverInfo)
                              : std::string(driver.driverName);
       d.uuid = uuid_string(ids.deviceUUID);
+      if (has_pci)
+        d.pci_bus_id = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", pci.pciDomain, pci.pciBus,
+                                   pci.pciDevice, pci.pciFunction);
       x.subgroup_size = subgroup.subgroupSize;
       x.subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                               (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);

@@ -1,0 +1,182 @@
+#include "backend/device_choice.h"
+
+#include <fmt/format.h>
+#include <sys/prctl.h>
+
+#include <csignal>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "backend/child_process.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace ps {
+namespace {
+
+// The weight types a check covers when no model says (`devices`): the common file types.
+std::vector<DType> default_types() {
+  return {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+}
+
+SelfCheckResult parse_result(const nlohmann::json& j) {
+  SelfCheckResult r;
+  for (const auto& e : j.at("cases"))
+    r.cases.push_back({e.at("name").get<std::string>(), e.at("passed").get<bool>(),
+                       e.at("error").get<double>(), e.at("tolerance").get<double>()});
+  r.timed = j.at("timed").get<std::string>();
+  r.device_ms = j.at("device_ms").get<double>();
+  r.cpu_ms = j.at("cpu_ms").get<double>();
+  r.error = j.at("error").get<std::string>();
+  r.seconds = j.at("seconds").get<double>();
+  return r;
+}
+
+}  // namespace
+
+DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const ChoiceOptions& opts,
+                              std::vector<std::string>* notes) {
+  const std::vector<DType> types = opts.weight_types.empty() ? default_types() : opts.weight_types;
+  const DType timed = opts.timed_type ? *opts.timed_type : types.front();
+  const std::vector<std::string> names = selfcheck_case_names(types);
+  const std::string plugin = registry.plugin_file(d.api);
+  const std::string key = selfcheck_cache_key(d, plugin);
+  SelfCheckCache cache = opts.recheck ? SelfCheckCache{} : SelfCheckCache::load(key);
+  if (opts.recheck) cache.path = SelfCheckCache::load(key).path;
+
+  DeviceCheck out;
+  out.checked = true;
+  const auto finish = [&](bool from_cache) {
+    out.from_cache = from_cache;
+    for (const std::string& n : names) {
+      const SelfCheckCase* c = cache.find(n);
+      if (c && !c->passed) {
+        out.failure = fmt::format("computed {} {:.1e} away from the CPU (tolerance {:.0e})",
+                                  c->name, c->error, c->tolerance);
+        if (c->error >= 1e30) out.failure = fmt::format("computed {} with NaN or inf", c->name);
+        return out;
+      }
+    }
+    out.passed = true;
+    if (cache.device_ms > 0) out.speedup = cache.cpu_ms / cache.device_ms;
+    return out;
+  };
+  std::vector<std::string> missing;
+  for (const std::string& n : names) {
+    const SelfCheckCase* c = cache.find(n);
+    if (c && !c->passed) return finish(true);  // a cached failure stands
+    if (!c) missing.push_back(n);
+  }
+  const bool need_timing = cache.timed != timed_matmul_name(timed);
+  if (missing.empty() && !need_timing) return finish(true);
+
+  if (plugin.empty()) {
+    // A backend built into this binary (tests add them): no plugin to isolate.
+    SelfCheckResult r;
+    try {
+      std::unique_ptr<Device> dev = registry.open(d.id, DeviceOptions{});
+      std::unique_ptr<Device> cpu = registry.open("cpu", DeviceOptions{});
+      r = run_selfcheck(*dev, *cpu, missing, need_timing ? &timed : nullptr);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    if (!r.error.empty()) {
+      out.failure = r.error;
+      return out;
+    }
+    cache.merge(r);
+    (void)cache.save(key);
+    return finish(false);
+  }
+  // Run what is missing in a child process.
+  std::vector<std::string> args = {"__selfcheck", plugin.empty() ? "-" : plugin, d.id,
+                                   need_timing ? std::string(dtype_name(timed)) : "-"};
+  args.insert(args.end(), missing.begin(), missing.end());
+  const double timeout = seconds_from_env("POLYSTACK_SELFCHECK_TIMEOUT", 60);
+  const ChildResult c = run_children(self_executable(), {args}, timeout)[0];
+  std::string stage = "while opening the device";
+  std::optional<SelfCheckResult> result;
+  for (const std::string& line : c.lines) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    if (j.contains("stage") && j.value("stage", "") == "case")
+      stage = fmt::format("in the case {}", j.value("name", std::string("?")));
+    if (j.contains("result")) {
+      try {
+        result = parse_result(j["result"]);
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+  }
+  if (!result || !c.exited_cleanly()) {
+    out.failure =
+        fmt::format("the self-check {}", c.failure(timeout, result ? "after it finished" : stage));
+    return out;
+  }
+  if (!result->error.empty()) {
+    // The device could not run the check (it failed to open, a kernel threw): not cached, as
+    // the cause may be passing (memory taken by another program).
+    out.failure = result->error;
+    // "cuda:0 (NAME): cannot select the device": the caller names the device already.
+    if (const std::string self = fmt::format("{} ({}): ", d.id, d.name);
+        out.failure.starts_with(self))
+      out.failure.erase(0, self.size());
+    return out;
+  }
+  cache.merge(*result);
+  if (notes) {
+    notes->push_back(fmt::format(
+        "self-check of {}: {} cases in {:.2f} s{}", d.id, result->cases.size(), result->seconds,
+        result->device_ms > 0 ? fmt::format("; timed matmul {:.3f} ms here, {:.3f} ms on the CPU",
+                                            result->device_ms, result->cpu_ms)
+                              : ""));
+    if (const std::string err = cache.save(key); !err.empty())
+      notes->push_back(fmt::format("self-check results not cached: {}", err));
+  } else {
+    (void)cache.save(key);
+  }
+  return finish(false);
+}
+
+ChosenDevice choose_device(Registry& registry, const ChoiceOptions& opts) {
+  PolicyOptions po;
+  po.named_by =
+      opts.spec.empty() && std::getenv("POLYSTACK_DEVICE") ? "POLYSTACK_DEVICE" : "--device";
+  po.spec = parse_device_spec(device_spec_text(opts.spec));
+  po.self_check = opts.self_check;
+  po.strict = opts.strict;
+  ChosenDevice out;
+  // The CPU needs no plugin probed.
+  std::vector<ProbeReport> reports;
+  if (po.spec.kind == DeviceSpec::Kind::Cpu)
+    reports.push_back(registry.probe(Api::Cpu));
+  else if (po.spec.kind == DeviceSpec::Kind::Id || po.spec.kind == DeviceSpec::Kind::OneApi)
+    reports = {registry.probe(Api::Cpu), registry.probe(po.spec.api)};
+  else
+    reports = registry.probe_all();
+  DeviceChoice c = choose_device(reports, po, [&](const DeviceInfo& d) {
+    return self_check_device(registry, d, opts, &out.notes);
+  });
+  static_cast<DeviceChoice&>(out) = std::move(c);
+  return out;
+}
+
+std::optional<int> run_child_command(int argc, char** argv) {
+  if (argc < 2) return std::nullopt;
+  const std::string cmd = argv[1];
+  if (cmd != "__probe" && cmd != "__selfcheck") return std::nullopt;
+  // A child never outlives the parent it reports to.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  try {
+    if (cmd == "__probe") {
+      if (argc != 3) throw UsageError("usage: __probe PLUGIN");
+      return probe_child_main(argv[2]);
+    }
+    return selfcheck_child_main(std::vector<std::string>(argv + 2, argv + argc));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "polystack: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace ps
