@@ -30,7 +30,11 @@ namespace {
 // multiple of any tile), a prompt batch of 67 (a partial tile after a full one), head size 128
 // with 8 query heads over 2 KV heads.
 constexpr int64_t kK = 2048, kRows = 515, kPrompt = 67, kHead = 128, kHeads = 8, kKvHeads = 2;
-constexpr int64_t kTimedK = 4096, kTimedRows = 4096;
+// The timed matmul: rows of 4096 and 64 MiB of weights whatever their type, more than a CPU's
+// last-level cache, so that both sides are timed at memory speed as in decoding.
+constexpr int64_t kTimedK = 4096;
+constexpr size_t kTimedBytes = size_t(64) << 20;
+int64_t timed_rows(DType t) { return int64_t(kTimedBytes / row_bytes(t, kTimedK)); }
 
 const char* const kFixedCases[] = {"attention decode",
                                    "attention prompt",
@@ -131,8 +135,8 @@ std::unique_ptr<OpCase> build_case(const std::string& name, std::mt19937& rng) {
   return c;
 }
 
-// A decode-shaped matmul for timing: kTimedRows rows of kTimedK, 16 random rows repeated (the
-// values do not matter to the time; quantizing 16M values would).
+// A decode-shaped matmul for timing: timed_rows(t) rows of kTimedK, 16 random rows repeated
+// (the values do not matter to the time; quantizing tens of millions of them would).
 std::unique_ptr<OpCase> build_timed_case(DType t, std::mt19937& rng) {
   auto c = std::make_unique<OpCase>();
   c->name = timed_matmul_name(t);
@@ -140,12 +144,13 @@ std::unique_ptr<OpCase> build_timed_case(DType t, std::mt19937& rng) {
   std::vector<float> f(size_t(kTimedK * 16));
   for (float& x : f) x = d(rng);
   const size_t rb = row_bytes(t, kTimedK);
-  std::vector<uint8_t>& bytes = c->leaf_bytes.emplace_back(rb * size_t(kTimedRows));
+  const int64_t rows = timed_rows(t);
+  std::vector<uint8_t>& bytes = c->leaf_bytes.emplace_back(rb * size_t(rows));
   for (int64_t r = 0; r < 16; ++r)
     quantize_row(t, f.data() + r * kTimedK, bytes.data() + size_t(r) * rb, kTimedK);
-  for (int64_t r = 16; r < kTimedRows; ++r)
+  for (int64_t r = 16; r < rows; ++r)
     std::memcpy(bytes.data() + size_t(r) * rb, bytes.data() + size_t(r % 16) * rb, rb);
-  Tensor* w = c->graph.leaf("w", t, {kTimedK, kTimedRows, 1, 1}, bytes.data());
+  Tensor* w = c->graph.leaf("w", t, {kTimedK, rows, 1, 1}, bytes.data());
   Tensor* x = c->random_leaf("x", DType::F32, {kTimedK, 1, 1, 1}, rng);
   c->out = c->graph.matmul(w, x);
   return c;
@@ -196,7 +201,7 @@ std::vector<std::string> selfcheck_case_names(const std::vector<DType>& weight_t
 }
 
 std::string timed_matmul_name(DType t) {
-  return fmt::format("matmul {} {}x{} decode", dtype_name(t), kTimedK, kTimedRows);
+  return fmt::format("matmul {} {}x{} decode", dtype_name(t), kTimedK, timed_rows(t));
 }
 
 SelfCheckResult run_selfcheck(Device& dev, Device& cpu, const std::vector<std::string>& names,

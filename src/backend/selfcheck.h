@@ -3,7 +3,7 @@
 // (matmul for every weight type the model holds, at decode and prompt shapes; attention over a
 // KV cache; rms_norm, rope, softmax, get_rows, the cache copy and the element-wise ops) at
 // model-like sizes, compared with the CPU backend within the conformance suite's tolerances,
-// and one decode-shaped matmul timed on the device and on the CPU.
+// and one decode-shaped matmul (64 MiB of weights) timed on the device and on the CPU.
 #include <memory>
 #include <set>
 #include <string>
@@ -23,7 +23,7 @@ struct SelfCheckCase {
 struct SelfCheckResult {
   std::vector<SelfCheckCase> cases;
   // The timed decode matmul: milliseconds per run on the device and on the CPU backend.
-  std::string timed;  // "matmul Q4_K 4096x4096"
+  std::string timed;  // "matmul Q4_K 4096x29127 decode"
   double device_ms = 0, cpu_ms = 0;
   // Set when the check could not finish: the device failed to open or a kernel threw.
   std::string error;

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backends/cpu/cpu_backend.h"
 #include "backend/registry.h"
+#include "backends/cpu/cpu_backend.h"
 
 namespace ps {
 namespace {
@@ -52,11 +52,11 @@ class PerturbedDevice final : public Device {
 
 TEST(SelfCheck, CoversEveryWeightTypeOnceAndTheModelOps) {
   const auto names = selfcheck_case_names({DType::Q4_K, DType::Q6_K, DType::Q4_K});
-  for (const char* want : {"matmul Q4_K decode", "matmul Q4_K prompt", "get_rows Q4_K",
-                           "matmul Q6_K decode", "matmul Q6_K prompt", "get_rows Q6_K",
-                           "attention decode", "attention prompt", "attention sliding window",
-                           "rms_norm", "rope normal", "rope neox", "softmax",
-                           "copy into an F16 cache", "swiglu"})
+  for (const char* want :
+       {"matmul Q4_K decode", "matmul Q4_K prompt", "get_rows Q4_K", "matmul Q6_K decode",
+        "matmul Q6_K prompt", "get_rows Q6_K", "attention decode", "attention prompt",
+        "attention sliding window", "rms_norm", "rope normal", "rope neox", "softmax",
+        "copy into an F16 cache", "swiglu"})
     EXPECT_EQ(std::count(names.begin(), names.end(), want), 1) << want;
   EXPECT_EQ(std::count_if(names.begin(), names.end(),
                           [](const std::string& n) { return n.find("Q4_K") != n.npos; }),
@@ -70,7 +70,8 @@ TEST(SelfCheck, TheCpuPassesAgainstItselfAndIsTimed) {
       run_selfcheck(*dev, *cpu, selfcheck_case_names({DType::Q8_0, DType::F16}), &timed);
   EXPECT_TRUE(r.passed()) << r.failure();
   EXPECT_EQ(r.failure(), "");
-  EXPECT_EQ(r.timed, "matmul Q8_0 4096x4096 decode");
+  // 64 MiB of Q8_0 rows of 4096 (4352 bytes each).
+  EXPECT_EQ(r.timed, "matmul Q8_0 4096x15420 decode");
   EXPECT_GT(r.device_ms, 0);
   EXPECT_GT(r.cpu_ms, 0);
   for (const SelfCheckCase& c : r.cases) EXPECT_LE(c.error, c.tolerance) << c.name;
