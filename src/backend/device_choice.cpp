@@ -19,19 +19,6 @@ std::vector<DType> default_types() {
   return {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
 }
 
-SelfCheckResult parse_result(const nlohmann::json& j) {
-  SelfCheckResult r;
-  for (const auto& e : j.at("cases"))
-    r.cases.push_back({e.at("name").get<std::string>(), e.at("passed").get<bool>(),
-                       e.at("error").get<double>(), e.at("tolerance").get<double>()});
-  r.timed = j.at("timed").get<std::string>();
-  r.device_ms = j.at("device_ms").get<double>();
-  r.cpu_ms = j.at("cpu_ms").get<double>();
-  r.error = j.at("error").get<std::string>();
-  r.seconds = j.at("seconds").get<double>();
-  return r;
-}
-
 }  // namespace
 
 DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const ChoiceOptions& opts,
@@ -101,12 +88,7 @@ DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const Cho
     if (!j.is_object()) continue;
     if (j.contains("stage") && j.value("stage", "") == "case")
       stage = fmt::format("in the case {}", j.value("name", std::string("?")));
-    if (j.contains("result")) {
-      try {
-        result = parse_result(j["result"]);
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
+    if (j.contains("result")) result = selfcheck_result_from_json(j["result"].dump());
   }
   if (!result || !c.exited_cleanly()) {
     out.failure =

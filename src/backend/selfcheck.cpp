@@ -171,7 +171,50 @@ double time_ms(Device& dev, OpCase& c) {
   return ms[ms.size() / 2];
 }
 
+nlohmann::json cases_to_json(const std::vector<SelfCheckCase>& cases) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SelfCheckCase& c : cases)
+    out.push_back(
+        {{"name", c.name}, {"passed", c.passed}, {"error", c.error}, {"tolerance", c.tolerance}});
+  return out;
+}
+
+// nlohmann::json::exception when j is not what cases_to_json writes.
+std::vector<SelfCheckCase> cases_from_json(const nlohmann::json& j) {
+  std::vector<SelfCheckCase> out;
+  for (const auto& e : j)
+    out.push_back({e.at("name").get<std::string>(), e.at("passed").get<bool>(),
+                   e.at("error").get<double>(), e.at("tolerance").get<double>()});
+  return out;
+}
+
 }  // namespace
+
+std::string selfcheck_result_to_json(const SelfCheckResult& r) {
+  return nlohmann::json{{"cases", cases_to_json(r.cases)},
+                        {"timed", r.timed},
+                        {"device_ms", r.device_ms},
+                        {"cpu_ms", r.cpu_ms},
+                        {"error", r.error},
+                        {"seconds", r.seconds}}
+      .dump();
+}
+
+std::optional<SelfCheckResult> selfcheck_result_from_json(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  try {
+    SelfCheckResult r;
+    r.cases = cases_from_json(j.at("cases"));
+    r.timed = j.at("timed").get<std::string>();
+    r.device_ms = j.at("device_ms").get<double>();
+    r.cpu_ms = j.at("cpu_ms").get<double>();
+    r.error = j.at("error").get<std::string>();
+    r.seconds = j.at("seconds").get<double>();
+    return r;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
 
 bool SelfCheckResult::passed() const {
   return error.empty() &&
@@ -302,9 +345,7 @@ SelfCheckCache SelfCheckCache::load(const std::string& key) {
   // A file for another key (a hash collision), or damaged: nothing is cached.
   if (!j.is_object() || j.value("key", std::string()) != key) return c;
   try {
-    for (const auto& e : j.at("cases"))
-      c.cases.push_back({e.at("name").get<std::string>(), e.at("passed").get<bool>(),
-                         e.at("error").get<double>(), e.at("tolerance").get<double>()});
+    c.cases = cases_from_json(j.at("cases"));
     if (j.contains("timed")) {
       c.timed = j["timed"].at("name").get<std::string>();
       c.device_ms = j["timed"].at("device_ms").get<double>();
@@ -334,10 +375,7 @@ void SelfCheckCache::merge(const SelfCheckResult& r) {
 
 std::string SelfCheckCache::save(const std::string& key) const {
   if (path.empty()) return "no cache folder (neither XDG_CACHE_HOME nor HOME is set)";
-  nlohmann::json j = {{"key", key}, {"cases", nlohmann::json::array()}};
-  for (const SelfCheckCase& c : cases)
-    j["cases"].push_back(
-        {{"name", c.name}, {"passed", c.passed}, {"error", c.error}, {"tolerance", c.tolerance}});
+  nlohmann::json j = {{"key", key}, {"cases", cases_to_json(cases)}};
   if (!timed.empty()) j["timed"] = {{"name", timed}, {"device_ms", device_ms}, {"cpu_ms", cpu_ms}};
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -390,18 +428,7 @@ int selfcheck_child_main(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  nlohmann::json cases = nlohmann::json::array();
-  for (const SelfCheckCase& c : r.cases)
-    cases.push_back(
-        {{"name", c.name}, {"passed", c.passed}, {"error", c.error}, {"tolerance", c.tolerance}});
-  write_report_line(nlohmann::json{{"result",
-                                    {{"cases", cases},
-                                     {"timed", r.timed},
-                                     {"device_ms", r.device_ms},
-                                     {"cpu_ms", r.cpu_ms},
-                                     {"error", r.error},
-                                     {"seconds", r.seconds}}}}
-                        .dump());
+  write_report_line("{\"result\": " + selfcheck_result_to_json(r) + "}");
   return 0;
 }
 

@@ -5,6 +5,7 @@
 // model-like sizes, compared with the CPU backend within the conformance suite's tolerances,
 // and one decode-shaped matmul (64 MiB of weights) timed on the device and on the CPU.
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +36,11 @@ struct SelfCheckResult {
   std::string failure() const;
   double speedup() const { return device_ms > 0 ? cpu_ms / device_ms : 0; }
 };
+
+// How a child reports a result to its parent.
+std::string selfcheck_result_to_json(const SelfCheckResult& r);
+// Nothing when `text` is not what selfcheck_result_to_json writes.
+std::optional<SelfCheckResult> selfcheck_result_from_json(const std::string& text);
 
 // The names of the cases a model with these weight types needs.
 std::vector<std::string> selfcheck_case_names(const std::vector<DType>& weight_types);
