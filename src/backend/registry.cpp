@@ -17,42 +17,6 @@ namespace ps {
 // Defined with the backends that are compiled into this binary.
 void register_builtin_backends(Registry& registry);
 
-std::string_view api_name(Api api) {
-  switch (api) {
-    case Api::Cpu:
-      return "cpu";
-    case Api::Cuda:
-      return "cuda";
-    case Api::Hip:
-      return "hip";
-    case Api::Metal:
-      return "metal";
-    case Api::Vulkan:
-      return "vulkan";
-    case Api::OpenCL:
-      return "opencl";
-    case Api::DirectML:
-      return "directml";
-  }
-  return "?";
-}
-
-std::string_view device_kind_name(DeviceKind k) {
-  switch (k) {
-    case DeviceKind::Cpu:
-      return "cpu";
-    case DeviceKind::DiscreteGpu:
-      return "discrete gpu";
-    case DeviceKind::IntegratedGpu:
-      return "integrated gpu";
-    case DeviceKind::VirtualGpu:
-      return "virtual gpu";
-    case DeviceKind::Accelerator:
-      return "accelerator";
-  }
-  return "?";
-}
-
 namespace {
 
 std::string executable_dir() {
