@@ -8,8 +8,10 @@ tokens dropped, and only the first piece's leading space removed, as llama.cpp d
 `run` prints the generated text alone, without the prompt, then one newline, so
     "Once upon a time" + stdout == reference text + "\\n"
 must hold for every run: -t 1, 2 and 3, each twice (so a race between threads, or state that
-leaks from one step to the next, shows as a difference). The text must also read like
-TinyStories, which a wrong detokenizer or a broken model would not.
+leaks from one step to the next, shows as a difference), and -b 1, 2 and 3 (the prompt in
+several batches). The text must also read like TinyStories, which a wrong detokenizer or a
+broken model would not. `-c 10` stops at a full context after the reference's first tokens,
+and a prompt of more than 512 tokens (one default batch) continues as the reference does.
 
 Sampling (--temp 0.8): the same --seed gives the same text twice; different seeds give
 different text (for at least one of a few pairs: two seeds may happen to agree).
@@ -23,6 +25,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,7 @@ from check_logits import device_usable  # noqa: E402
 SKIP = 77
 PROMPT = "Once upon a time"
 N_PREDICT = 64
+LONG_PREDICT = 12  # tokens generated after the long prompt
 # Words a TinyStories continuation of this prompt uses; a few must appear.
 STORY_WORDS = ("little", "girl", "boy", "named", "play", "day", "loved", "happy", "big", "mom",
                "she", "he", "saw", "friend", "park", "ball")
@@ -146,6 +150,45 @@ def main() -> int:
                     f"got      {text!r}\n  expected {expected_stdout!r}")
     c.check(len(set(outputs.values())) == 1, "all greedy runs print the same text",
             "; ".join(f"-t {t} run {a}: {v[:50]!r}" for (t, a), v in outputs.items()))
+    # The prompt in batches of 1, 2 and 3 tokens: the logits kept must be the last batch's.
+    for batch in (1, 2, 3):
+        text = run(args.bin, model_path, ["--temp", "0", "-b", str(batch)] + device_flags,
+                   args.timeout)
+        c.check(text == expected_stdout, f"greedy -b {batch} prints the reference continuation",
+                f"got      {text!r}\n  expected {expected_stdout!r}")
+
+    # A context filled exactly: -c 10 after a prompt of P tokens leaves room for 10 - P
+    # decode steps, so 11 - P tokens are printed (the last one's position would be the 11th),
+    # then `run` stops at "context full" and exits 0.
+    n_fit = 11 - len(prompt_ids)
+    proc = subprocess.run([args.bin, "run", "-m", model_path, "-p", PROMPT, "-n", "20", "-c", "10",
+                           "--temp", "0"] + device_flags, capture_output=True,
+                          timeout=args.timeout)
+    want = sentencepiece_decode(tokens, types, prompt_ids + generated[:n_fit])[len(PROMPT):] + "\n"
+    got = proc.stdout.decode("utf-8", errors="replace")
+    c.check(proc.returncode == 0 and got == want and b"stopped at context full" in proc.stderr,
+            f"-c 10 prints the reference's first {n_fit} tokens and stops at a full context",
+            f"exit {proc.returncode}, got {got!r}, expected {want!r}, "
+            f"stderr {proc.stderr.decode(errors='replace')[-200:]!r}")
+
+    # A prompt longer than one batch of the default 512: the reference's text repeated.
+    long_prompt = (reference + " ") * 9
+    long_ids = llama_ref.spm_encode(model, long_prompt)
+    ids = list(long_ids)
+    for _ in range(LONG_PREDICT):
+        ids.append(int(np.argmax(llama_ref.logits(model, ids, kv_cache="f16")[-1])))
+    long_want = sentencepiece_decode(tokens, types, ids)[len(long_prompt):] + "\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+        f.write(long_prompt)
+        f.flush()
+        proc = subprocess.run([args.bin, "run", "-m", model_path, "-f", f.name, "-n",
+                               str(LONG_PREDICT), "--temp", "0"] + device_flags,
+                              capture_output=True, timeout=args.timeout)
+    got = proc.stdout.decode("utf-8", errors="replace")
+    c.check(len(long_ids) > 512 and proc.returncode == 0 and got == long_want,
+            f"a prompt of {len(long_ids)} tokens (more than one batch of 512) continues as the "
+            "reference does", f"exit {proc.returncode}, got {got!r}, expected {long_want!r}")
+
     greedy = outputs[(1, 1)]
     words = set(greedy.lower().replace(".", " ").replace(",", " ").split())
     hits = sorted(words.intersection(STORY_WORDS))

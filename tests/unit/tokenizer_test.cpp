@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_set>
@@ -514,6 +515,86 @@ struct SpmVocab {
   }
 };
 
+// Every lead byte of UTF-8 (0xC2..0xF4: two-, three- and four-byte characters), each with a
+// character the vocabulary lacks: the bytes become byte tokens after the prefix space, and
+// decode gives the text back. Returns the lead bytes that had no such character.
+std::vector<int> check_byte_fallback(const Tokenizer& tok) {
+  const int32_t space = tok.find_token("\xE2\x96\x81");
+  EXPECT_GE(space, 0);
+  const auto utf8 = [](uint32_t cp) {
+    std::string s;
+    if (cp < 0x800) {
+      s += char(0xC0 | (cp >> 6));
+    } else if (cp < 0x10000) {
+      s += char(0xE0 | (cp >> 12));
+      s += char(0x80 | ((cp >> 6) & 0x3F));
+    } else {
+      s += char(0xF0 | (cp >> 18));
+      s += char(0x80 | ((cp >> 12) & 0x3F));
+      s += char(0x80 | ((cp >> 6) & 0x3F));
+    }
+    s += char(0x80 | (cp & 0x3F));
+    return s;
+  };
+  std::mt19937 rng(19);
+  std::set<unsigned char> continuation_bytes;
+  std::vector<int> uncovered;
+  for (uint32_t lead = 0xC2; lead <= 0xF4; ++lead) {
+    // The code points this lead byte starts (surrogates are not characters).
+    uint32_t first, count;
+    if (lead < 0xE0) {
+      first = (lead - 0xC0) << 6, count = 0x40;
+    } else if (lead < 0xF0) {
+      first = (lead - 0xE0) << 12, count = 0x1000;
+      if (lead == 0xE0) first = 0x800, count = 0x800;
+      if (lead == 0xED) count = 0x800;  // U+D000..U+D7FF
+    } else {
+      first = (lead - 0xF0) << 18, count = 0x40000;
+      if (lead == 0xF0) first = 0x10000, count = 0x30000;
+      if (lead == 0xF4) count = 0x10000;  // up to U+10FFFF
+    }
+    // A character of this lead byte that no token spells, from a random start.
+    std::string ch;
+    const uint32_t start = std::uniform_int_distribution<uint32_t>(0, count - 1)(rng);
+    for (uint32_t k = 0; k < count && ch.empty(); ++k) {
+      const std::string c = utf8(first + (start + k) % count);
+      if (tok.find_token(c) < 0 && tok.find_token("\xE2\x96\x81" + c) < 0) ch = c;
+    }
+    if (ch.empty()) {
+      uncovered.push_back(int(lead));
+      continue;
+    }
+    EXPECT_EQ(static_cast<unsigned char>(ch[0]), lead);
+    std::vector<int32_t> expected = {space};
+    for (unsigned char b : ch) {
+      const int32_t id = tok.find_token(fmt::format("<0x{:02X}>", b));
+      EXPECT_GE(id, 0) << fmt::format("no byte token <0x{:02X}>", b);
+      expected.push_back(id);
+      if (b < 0xC0) continuation_bytes.insert(b);
+    }
+    const auto ids = tok.encode(ch, false, false);
+    EXPECT_EQ(ids, expected) << fmt::format("lead byte {:02X}: \"{}\"", lead, ch);
+    EXPECT_EQ(tok.decode(ids), ch) << fmt::format("lead byte {:02X}", lead);
+  }
+  EXPECT_GT(continuation_bytes.size(), 20u);
+  return uncovered;
+}
+
+TEST(TokenizerSpm, EveryUtf8LeadByteFallsBackToByteTokens) {
+  // A vocabulary of byte tokens and a few pieces: every lead byte has characters it lacks.
+  SpmVocab v;
+  v.add(kSp, -1);
+  v.add("a", -1);
+  v.add_bytes();
+  auto img = v.image();
+  const auto file = img.parse();
+  EXPECT_EQ(check_byte_fallback(*Tokenizer::from_gguf(*file)), std::vector<int>{});
+  // Llama's own, where the vocabulary lacks a character of the lead byte: all but 0xC3, whose
+  // 64 characters (U+00C0..U+00FF) are all tokens there.
+  REQUIRE_VOCAB(spm, "llama-spm");
+  EXPECT_EQ(check_byte_fallback(*spm->tokenizer), std::vector<int>{0xC3});
+}
+
 TEST(TokenizerSpm, MergesTheHighestScoringPairFirst) {
   SpmVocab v;
   const int32_t sp = v.add(kSp, -1);
@@ -684,6 +765,25 @@ TEST(TokenizerBpe, MergesTheLowestRankFirst) {
       EXPECT_EQ(ids, (std::vector<int32_t>{ab, 'c'}));
     EXPECT_EQ(tok->decode(ids), "abc");
   }
+}
+
+// One merge applies at several places of a word ("a a" in "aaa"): the leftmost pair merges
+// first, as in the reference BPE (and SentencePiece's EqualScoresMergeLeftmostFirst).
+TEST(TokenizerBpe, EqualRanksMergeLeftmostFirst) {
+  BpeVocab v;
+  const int32_t aa = v.add("aa"), aab = v.add("aab"), ab = v.add("ab");
+  v.merges = {"a a", "aa b", "a b"};
+  auto img = v.image("gpt-2");
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tok->encode("aaa", false, false), (std::vector<int32_t>{aa, 'a'}));
+  EXPECT_EQ(tok->encode("aaaaa", false, false), (std::vector<int32_t>{aa, aa, 'a'}));
+  // "aab": "a a" (rank 0) before "a b" (rank 2), then "aa b".
+  EXPECT_EQ(tok->encode("aab", false, false), (std::vector<int32_t>{aab}));
+  // "aaab": the leftmost "a a" first leaves aa a b, then "a b": aa + ab. The rightmost first
+  // would leave a aa b, then "aa b": a + aab.
+  EXPECT_EQ(tok->encode("aaab", false, false), (std::vector<int32_t>{aa, ab}));
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{aa, ab}), "aaab");
 }
 
 TEST(TokenizerBpe, WordsDoNotMergeAcrossPreTokenizerSplits) {
