@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   actions["bench"] = ps::cli::add_bench(app);
   actions["logits"] = ps::cli::add_logits(app);
   actions["quantize"] = ps::cli::add_quantize(app);
+  actions["doctor"] = ps::cli::add_doctor(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
