@@ -11,6 +11,8 @@
 #include <optional>
 #include <sstream>
 
+#include "core/pci_vendor.h"
+
 namespace ps::doctor {
 namespace {
 
@@ -22,31 +24,6 @@ const char* const kLibDirs[] = {"/usr/lib/x86_64-linux-gnu",
                                 "/lib",
                                 "/usr/local/lib",
                                 "/usr/lib/wsl/lib"};
-
-std::string vendor_name(unsigned v) {
-  switch (v) {
-    case 0x10de:
-      return "NVIDIA";
-    case 0x1002:
-      return "AMD";
-    case 0x8086:
-      return "Intel";
-    case 0x1af4:
-      return "virtio";
-    case 0x1234:
-      return "QEMU";
-    case 0x15ad:
-      return "VMware";
-    case 0x1414:
-      return "Microsoft";
-    case 0x5143:
-      return "Qualcomm";
-    case 0x13b5:
-      return "Arm";
-    default:
-      return fmt::format("vendor 0x{:04x}", v);
-  }
-}
 
 unsigned hex_value(const std::optional<std::string>& s) {
   if (!s) return 0;
@@ -800,7 +777,7 @@ std::vector<PciGpu> find_gpus(const Sysroot& root) {
     g.pci_class = cls;
     g.vendor = hex_value(root.read_line(dir + "/vendor"));
     g.device = hex_value(root.read_line(dir + "/device"));
-    g.vendor_name = vendor_name(g.vendor);
+    g.vendor_name = pci_vendor_name(g.vendor);
     if (auto t = root.link_target(dir + "/driver")) g.driver = base_name(*t);
     out.push_back(g);
   }

@@ -9,30 +9,14 @@
 #include <cstring>
 #include <vector>
 
+#include "core/pci_vendor.h"
+
 namespace ps::vk {
 namespace {
 
+// Vulkan reports PCI vendor ids, or Khronos ids for vendors without one (Mesa's CPU drivers).
 std::string vendor_name(uint32_t id) {
-  switch (id) {
-    case 0x1002:
-      return "AMD";
-    case 0x10DE:
-      return "NVIDIA";
-    case 0x8086:
-      return "Intel";
-    case 0x13B5:
-      return "Arm";
-    case 0x5143:
-      return "Qualcomm";
-    case 0x106B:
-      return "Apple";
-    case 0x1010:
-      return "Imagination";
-    case VK_VENDOR_ID_MESA:
-      return "Mesa";
-    default:
-      return fmt::format("vendor 0x{:04x}", id);
-  }
+  return id == VK_VENDOR_ID_MESA ? "Mesa" : pci_vendor_name(id);
 }
 
 DeviceKind device_kind(VkPhysicalDeviceType t) {
