@@ -201,8 +201,15 @@ struct Chain {
 };
 
 std::string pci_evidence(const PciGpu& g) {
-  return fmt::format("/sys/bus/pci/devices/{}: vendor 0x{:04x}, device 0x{:04x}, class 0x{:06x}",
-                     g.address, g.vendor, g.device, g.pci_class);
+  return fmt::format("/sys/bus/pci/devices/{}: vendor 0x{:04x}, device 0x{:04x}{}, class 0x{:06x}",
+                     g.address, g.vendor, g.device, g.model.empty() ? "" : " (" + g.model + ")",
+                     g.pci_class);
+}
+
+std::string gpu_name(const PciGpu& g) {
+  return fmt::format("{} {} at {}", g.vendor_name,
+                     g.model.empty() ? fmt::format("device 0x{:04x}", g.device) : g.model,
+                     g.address);
 }
 
 // Device nodes: present and openable.
@@ -269,7 +276,7 @@ void nvidia_chain(const Sysroot& root, const Options& o, const std::vector<PciGp
     hw.summary = "WSL: GPUs are reached through /dev/dxg, not the PCI bus";
     hw.evidence.push_back("/dev/dxg present");
   } else {
-    hw.summary = fmt::format("{} NVIDIA GPU(s): {}", gpus.size(), gpus.front().address);
+    hw.summary = fmt::format("{} NVIDIA GPU(s): {}", gpus.size(), gpu_name(gpus.front()));
     for (const PciGpu& g : gpus) hw.evidence.push_back(pci_evidence(g));
   }
   ch.add(hw);
@@ -444,7 +451,7 @@ void amd_chain(const Sysroot& root, const Options& o, const std::vector<PciGpu>&
     out.push_back(hw);
     return;
   }
-  hw.summary = fmt::format("{} AMD GPU(s): {}", gpus.size(), gpus.front().address);
+  hw.summary = fmt::format("{} AMD GPU(s): {}", gpus.size(), gpu_name(gpus.front()));
   for (const PciGpu& g : gpus) hw.evidence.push_back(pci_evidence(g));
   ch.add(hw);
   for (const PciGpu& g : gpus) {
@@ -765,7 +772,28 @@ const char* status_name(Status s) {
   return "?";
 }
 
+std::string pci_ids_model(const std::string& ids, unsigned vendor, unsigned device) {
+  // "10de  NVIDIA Corporation" then its devices as "\t2335  GH100 [H200 SXM 141GB]".
+  const std::string v = fmt::format("\n{:04x}  ", vendor);
+  size_t at = ids.find(v);
+  if (at == std::string::npos) return "";
+  at += 1;
+  const std::string d = fmt::format("\t{:04x}  ", device);
+  for (size_t line = ids.find('\n', at); line != std::string::npos && line + 1 < ids.size();
+       line = ids.find('\n', line + 1)) {
+    const char first = ids[line + 1];
+    if (first != '\t' && first != '#') return "";  // the next vendor
+    if (ids.compare(line + 1, d.size(), d) == 0) {
+      const size_t start = line + 1 + d.size();
+      return ids.substr(start, ids.find('\n', start) - start);
+    }
+  }
+  return "";
+}
+
 std::vector<PciGpu> find_gpus(const Sysroot& root) {
+  std::optional<std::string> ids;
+  bool ids_read = false;
   std::vector<PciGpu> out;
   for (const std::string& a : root.list("/sys/bus/pci/devices")) {
     const std::string dir = "/sys/bus/pci/devices/" + a;
@@ -778,6 +806,12 @@ std::vector<PciGpu> find_gpus(const Sysroot& root) {
     g.vendor = hex_value(root.read_line(dir + "/vendor"));
     g.device = hex_value(root.read_line(dir + "/device"));
     g.vendor_name = pci_vendor_name(g.vendor);
+    if (!ids_read) {
+      ids_read = true;
+      for (const char* f : {"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"})
+        if (!ids) ids = root.read(f, size_t(8) << 20);
+    }
+    if (ids) g.model = pci_ids_model(*ids, g.vendor, g.device);
     if (auto t = root.link_target(dir + "/driver")) g.driver = base_name(*t);
     out.push_back(g);
   }

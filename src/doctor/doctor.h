@@ -29,6 +29,7 @@ struct PciGpu {
   std::string address;  // "0000:41:00.0"
   unsigned vendor = 0, device = 0, pci_class = 0;
   std::string vendor_name;  // "NVIDIA", "AMD", "Intel", ...
+  std::string model;        // from pciutils' pci.ids where it is installed, else ""
   std::string driver;       // the bound kernel driver's name, "" for none
 };
 std::vector<PciGpu> find_gpus(const Sysroot& root);
@@ -60,6 +61,8 @@ bool skip_after_failure(std::vector<Check>& checks, const std::string& api, cons
 std::string gfx_from_target_version(const std::string& v);
 // "gfx1030" from HSA_OVERRIDE_GFX_VERSION's "10.3.0"; "" when malformed.
 std::string gfx_from_override(const std::string& v);
+// The device's name in a pci.ids database's text ("GH100 [H200 SXM 141GB]"), "" when absent.
+std::string pci_ids_model(const std::string& pci_ids, unsigned vendor, unsigned device);
 // The NVIDIA kernel module's version from /proc/driver/nvidia/version's text ("580.65.06").
 std::string nvidia_module_version(const std::string& proc_text);
 

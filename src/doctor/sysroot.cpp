@@ -45,10 +45,10 @@ bool Sysroot::is_dir(const std::string& path) const {
   return fs::is_directory(host(path), ec);
 }
 
-std::optional<std::string> Sysroot::read(const std::string& path) const {
+std::optional<std::string> Sysroot::read(const std::string& path, size_t limit) const {
   std::ifstream in(host(path), std::ios::binary);
   if (!in) return std::nullopt;
-  std::string s(1 << 20, '\0');
+  std::string s(limit, '\0');
   in.read(s.data(), std::streamsize(s.size()));
   if (in.bad()) return std::nullopt;
   s.resize(size_t(in.gcount()));

@@ -27,8 +27,8 @@ class Sysroot {
 
   bool exists(const std::string& path) const;
   bool is_dir(const std::string& path) const;
-  // The file's text (at most 1 MiB), or nothing when it cannot be read.
-  std::optional<std::string> read(const std::string& path) const;
+  // The file's text (at most `limit` bytes), or nothing when it cannot be read.
+  std::optional<std::string> read(const std::string& path, size_t limit = size_t(1) << 20) const;
   // The first line, trimmed.
   std::optional<std::string> read_line(const std::string& path) const;
   // Names in a folder, sorted; empty when it is absent.

@@ -127,7 +127,7 @@ def doctor(binary, root, env_extra=None, args=(), user=None):
 
 
 def case(binary, name, build, expect, rc, first=None, fix=None, evidence=None, env=None,
-         user=None, summary=None):
+         user=None, summary=None, says=None):
     """expect: {check id: status}; first: the id of the first failure; fix, evidence, summary:
     text the first failure's fix / evidence / summary must contain."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,6 +147,9 @@ def case(binary, name, build, expect, rc, first=None, fix=None, evidence=None, e
             check(got == want, f"{name}: {cid} is {got}, expected {want}",
                   json.dumps(by_id.get(cid), indent=1))
         check(code == rc, f"{name}: exit {code}, expected {rc}", err[-300:])
+        for cid, text in (says or {}).items():
+            got = by_id.get(cid, {}).get("summary", "")
+            check(text in got, f"{name}: {cid} says {got!r}, not {text!r}")
         fails = [c for c in out["checks"] if c["status"] == "fail"]
         if first:
             check(out["verdict"]["first_failure"] == first and fails and fails[0]["id"] == first,
@@ -189,6 +192,11 @@ def main():
          lambda m: m.nvidia(driver="nouveau", nodes=False).vulkan("lvp"),
          {"cuda.kernel-driver": "fail", "vulkan.drivers": "fail"}, 1,
          first="cuda.kernel-driver")
+    case(b, "an NVIDIA GPU named from pci.ids",
+         lambda m: m.nvidia().vulkan("nvidia").file(
+             "/usr/share/misc/pci.ids", "10de  NVIDIA Corporation\n\t2335  GH100 [H200 SXM 141GB]\n"),
+         {"cuda.hardware": "ok"}, 0,
+         says={"cuda.hardware": "NVIDIA GH100 [H200 SXM 141GB] at 0000:41:00.0"})
     case(b, "NVIDIA with no driver", lambda m: m.nvidia(driver=None, nodes=False, lib=False),
          {"cuda.kernel-driver": "fail"}, 1, first="cuda.kernel-driver",
          summary="no nvidia module is installed", fix="nvidia-driver")

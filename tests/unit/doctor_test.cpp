@@ -32,6 +32,18 @@ TEST(Doctor, NvidiaModuleVersionFromProc) {
   EXPECT_EQ(nvidia_module_version("Kernel Module"), "");
 }
 
+TEST(Doctor, ModelNamesFromPciIds) {
+  const std::string ids =
+      "# comment\n10de  NVIDIA Corporation\n\t2330  GH100 [H100 SXM5 80GB]\n"
+      "\t\t10de 16c1  H100 SXM5 80GB\n\t2335  GH100 [H200 SXM 141GB]\n"
+      "10df  Emulex Corporation\n\t2335  Not a GPU\n";
+  EXPECT_EQ(pci_ids_model(ids, 0x10de, 0x2335), "GH100 [H200 SXM 141GB]");
+  EXPECT_EQ(pci_ids_model(ids, 0x10de, 0x2330), "GH100 [H100 SXM5 80GB]");
+  EXPECT_EQ(pci_ids_model(ids, 0x10de, 0x9999), "");  // not under the next vendor either
+  EXPECT_EQ(pci_ids_model(ids, 0x1002, 0x2335), "");
+  EXPECT_EQ(pci_ids_model("", 0x10de, 0x2335), "");
+}
+
 TEST(Doctor, WhoMayOpenADeviceNode) {
   const FileMode video_rw{0660, 0, 44};
   EXPECT_TRUE(can_open_rw(video_rw, 0, {}));             // root
