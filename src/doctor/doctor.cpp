@@ -775,9 +775,9 @@ const char* status_name(Status s) {
 std::string pci_ids_model(const std::string& ids, unsigned vendor, unsigned device) {
   // "10de  NVIDIA Corporation" then its devices as "\t2335  GH100 [H200 SXM 141GB]".
   const std::string v = fmt::format("\n{:04x}  ", vendor);
-  size_t at = ids.find(v);
+  size_t at = ids.compare(0, v.size() - 1, v, 1) == 0 ? 0 : ids.find(v);
   if (at == std::string::npos) return "";
-  at += 1;
+  if (at > 0) at += 1;
   const std::string d = fmt::format("\t{:04x}  ", device);
   for (size_t line = ids.find('\n', at); line != std::string::npos && line + 1 < ids.size();
        line = ids.find('\n', line + 1)) {

@@ -42,6 +42,8 @@ TEST(Doctor, ModelNamesFromPciIds) {
   EXPECT_EQ(pci_ids_model(ids, 0x10de, 0x9999), "");  // not under the next vendor either
   EXPECT_EQ(pci_ids_model(ids, 0x1002, 0x2335), "");
   EXPECT_EQ(pci_ids_model("", 0x10de, 0x2335), "");
+  EXPECT_EQ(pci_ids_model(ids.substr(ids.find('\n') + 1), 0x10de, 0x2335),
+            "GH100 [H200 SXM 141GB]");  // the vendor on the first line
 }
 
 TEST(Doctor, WhoMayOpenADeviceNode) {
