@@ -29,7 +29,10 @@ using doctor::Status;
 
 const char* const kApis[] = {"cuda", "hip", "vulkan", "opencl", "cpu"};
 
-std::string gib(uint64_t b) { return fmt::format("{:.2f} GiB", double(b) / double(1ull << 30)); }
+std::string gib(uint64_t b) {
+  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", double(b) / double(1ull << 30))
+                           : fmt::format("{:.1f} MiB", double(b) / double(1ull << 20));
+}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
