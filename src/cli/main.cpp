@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "backend/device_choice.h"
 #include "cli/commands.h"
@@ -52,8 +54,17 @@ int main(int argc, char** argv) {
   actions["logits"] = ps::cli::add_logits(app);
   actions["quantize"] = ps::cli::add_quantize(app);
   actions["doctor"] = ps::cli::add_doctor(app);
+  // llama.cpp's -ngl is a short option of three letters, which CLI11 does not take: it is
+  // --n-gpu-layers here.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-ngl") a = "--n-gpu-layers";
+    if (a.starts_with("-ngl=")) a = "--n-gpu-layers=" + a.substr(5);
+  }
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -27,6 +27,22 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   cmd->add_flag_callback(
       "--no-self-check", [&f] { f.session.self_check = false; },
       "Run on a GPU without checking it against the CPU first");
+  cmd->add_option_function<std::string>(
+      "--n-gpu-layers",
+      [&f](const std::string& v) {
+        if (v == "all") {
+          f.session.n_gpu_layers = -1;
+          return;
+        }
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 0 || n > (1 << 20))
+          throw CLI::ValidationError("--n-gpu-layers",
+                                     "'" + v + "' is not all or a count of layers");
+        f.session.n_gpu_layers = int(n);
+      },
+      "Layers on the GPU: all (default) or N, the last N (N above the layer count: the "
+      "output too); the rest on the CPU");
   cmd->add_flag("--recheck", f.session.recheck,
                 "Run the device self-check again even when its result is cached");
 }
@@ -47,6 +63,7 @@ void print_device_choice(const Session& s) {
   for (const auto& line : c.notes) fmt::print(stderr, "polystack: {}\n", line);
   const DeviceInfo& dev = s.device().info();
   fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, describe_device(dev), c.reason);
+  if (!s.split().empty()) fmt::print(stderr, "polystack: split: {}\n", s.split());
   for (const auto& line : c.passed) fmt::print(stderr, "polystack: not chosen: {}\n", line);
   for (const auto& line : s.placement().fallbacks)
     fmt::print(stderr, "polystack: fallback: {}\n", line);

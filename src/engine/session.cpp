@@ -64,14 +64,39 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   if (const DeviceInfo& di = device_->info(); !di.unusable.empty())
     throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
   std::vector<Device*> devices{device_.get()};
-  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict);
+  // Beside a GPU, the CPU: it runs the layers -ngl leaves off the GPU.
+  std::vector<int> layer_devices;  // [input, layer 0 .. n - 1, output]
+  if (device_->info().api != Api::Cpu) {
+    cpu_ = reg.open("cpu", dopts);
+    devices.push_back(cpu_.get());
+    const int64_t L = p.n_layer;
+    const int64_t ngl = opts.n_gpu_layers < 0 ? L + 1 : std::min<int64_t>(opts.n_gpu_layers, L + 1);
+    if (ngl <= L) {
+      layer_devices.assign(size_t(L + 2), 1);
+      for (int64_t l = L - ngl; l < L; ++l) layer_devices[size_t(l + 1)] = 0;
+      const auto range = [](int64_t a, int64_t b) {
+        return a == b ? fmt::format("layer {}", a) : fmt::format("layers {}-{}", a, b);
+      };
+      if (ngl == 0)
+        split_ = "every layer on cpu (-ngl 0)";
+      else if (ngl == L)
+        split_ = fmt::format("{} on {}, input + output on cpu (-ngl {})", range(0, L - 1),
+                             device_->info().id, ngl);
+      else
+        split_ = fmt::format("{} on {}, input + {} + output on cpu (-ngl {})",
+                             range(L - ngl, L - 1), device_->info().id, range(0, L - ngl - 1), ngl);
+    }
+  }
+  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, layer_devices);
 
-  // Sliding-window layers keep a ring of their window plus one batch (kv_slots).
+  // Each layer's KV cache on the device that runs the layer. Sliding-window layers keep a ring
+  // of their window plus one batch (kv_slots).
   for (int64_t l = 0; l < p.n_layer; ++l) {
+    Device& dev = layer_devices.empty() ? *device_ : *devices[size_t(layer_devices[size_t(l + 1)])];
     const size_t layer_bytes =
         size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
-    k_cache_.push_back(device_->alloc(layer_bytes));
-    v_cache_.push_back(device_->alloc(layer_bytes));
+    k_cache_.push_back(dev.alloc(layer_bytes));
+    v_cache_.push_back(dev.alloc(layer_bytes));
   }
   // Weights reach a device with its own memory now rather than with the first token (devices
   // that read host memory use them where they are: no graph to build).

@@ -36,6 +36,9 @@ struct SessionOptions {
   bool strict = false;
   bool self_check = true;  // false: trust a GPU without its self-check (--no-self-check)
   bool recheck = false;    // run the self-check again even when results are cached
+  // Layers on the chosen GPU, llama.cpp's -ngl: the last N repeating layers (and the output
+  // layer when N exceeds their count), the rest on the CPU; -1: all of them.
+  int n_gpu_layers = -1;
 };
 
 // The options for choosing a model's device: the session's flags and the model's weight types
@@ -58,6 +61,11 @@ class Session {
   // Which device and why, the devices passed over and the self-checks that ran.
   const ChosenDevice& device_choice() const { return choice_; }
   const PlacementReport& placement() const { return scheduler_->report(); }
+  // Where the layers run, in words ("layers 3-4 + output on vulkan:0, input + layers 0-2 on
+  // cpu (-ngl 2)"); "" when everything runs on device().
+  const std::string& split() const { return split_; }
+  // Bytes copied between devices in the last forward pass.
+  size_t transfer_bytes() const { return scheduler_->transfer_bytes(); }
   const LoadedModel& model() const { return *model_; }
   size_t kv_cache_bytes() const;
 
@@ -70,6 +78,8 @@ class Session {
 
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<Device> device_;
+  std::unique_ptr<Device> cpu_;  // beside a GPU: the layers it does not hold, and fallbacks
+  std::string split_;
   ChosenDevice choice_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;

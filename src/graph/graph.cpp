@@ -112,6 +112,7 @@ Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
   int i = 0;
   for (Tensor* s : src) t.src[size_t(i++)] = s;
   t.name = fmt::format("{}#{}", op_name(op), nodes_.size());
+  t.layer = layer_;
   all_.push_back(&t);
   nodes_.push_back(&t);
   return &t;

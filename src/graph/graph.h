@@ -41,6 +41,9 @@ class Graph {
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
                     int32_t window = 0);
 
+  // The model layer the nodes created from now on belong to (Tensor::layer).
+  void set_layer(int layer) { layer_ = layer; }
+
   // Every tensor in creation order; nodes() are the ones with an op (View included).
   const std::vector<Tensor*>& nodes() const { return nodes_; }
   std::span<Tensor* const> all() const { return all_; }
@@ -51,6 +54,7 @@ class Graph {
   std::deque<Tensor> storage_;
   std::vector<Tensor*> all_;
   std::vector<Tensor*> nodes_;
+  int layer_ = -1;
 };
 
 }  // namespace ps

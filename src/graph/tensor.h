@@ -47,6 +47,9 @@ struct Tensor {
   std::array<float, 4> fparams{};
   size_t view_offset = 0;  // for View: byte offset into src[0]
   int device = -1;         // placement chosen by the scheduler
+  // The model layer a node belongs to (Graph::set_layer): -1 for the input (embedding), 0..n-1
+  // for the repeating blocks, n for the output; the scheduler places nodes by layer.
+  int layer = -1;
   // The bytes never change while any device that computed with them is alive (model weights):
   // a backend may keep a copy derived from them (packed, uploaded) keyed by data.
   bool constant = false;

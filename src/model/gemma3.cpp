@@ -68,6 +68,7 @@ class Gemma3Model final : public Model {
     auto norm = [&](Tensor* x, Tensor* w) { return g.mul(g.rms_norm(x, eps), w); };
     Tensor* x = g.scale(g.get_rows(tok_embd_, in.tokens), std::sqrt(float(p.n_embd)));
     for (int64_t l = 0; l < p.n_layer; ++l) {
+      g.set_layer(int(l));
       const Gemma3Layer& L = layers_[size_t(l)];
       // Sliding layers rotate with their own base and no scaling; global ones use the model's.
       const float base = L.sliding ? swa_rope_base_ : p.rope_freq_base;

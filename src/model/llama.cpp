@@ -23,6 +23,7 @@ class LlamaModel final : public Model {
     const float kq_scale = 1.0f / std::sqrt(float(p.head_dim));
     Tensor* x = g.get_rows(tok_embd_, in.tokens);
     for (int64_t l = 0; l < p.n_layer; ++l) {
+      g.set_layer(int(l));
       const BlockWeights& L = layers_[size_t(l)];
       Tensor* h = g.mul(g.rms_norm(x, p.norm_eps), L.attn_norm);
       Tensor* q = g.reshape(g.matmul(L.wq, h), {p.head_dim, p.n_head, T, 1});

@@ -146,6 +146,7 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
 
 Tensor* Model::output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const {
   const auto& p = params_;
+  g.set_layer(int(p.n_layer));
   if (!in.all_logits && in.n_tokens > 1)
     x = g.view(x, {p.n_embd, 1, 1, 1}, x->nb, size_t(in.n_tokens - 1) * x->nb[1]);
   x = g.mul(g.rms_norm(x, p.norm_eps), out_norm_);

@@ -75,59 +75,99 @@ class OffsetAllocator {
 
 }  // namespace
 
-Scheduler::Scheduler(std::vector<Device*> devices, bool strict)
-    : devices_(std::move(devices)), strict_(strict) {
+Scheduler::Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices)
+    : devices_(std::move(devices)), strict_(strict), layer_devices_(std::move(layer_devices)) {
   if (devices_.empty()) throw BackendError("scheduler: no device to run on");
-  // A device with its own memory runs whole graphs: moving tensors between devices in the
-  // middle of a graph is not planned yet.
-  for (size_t i = 1; i < devices_.size(); ++i)
-    if (!devices_[i]->reads_host_memory() || !devices_[0]->reads_host_memory())
+  for (int d : layer_devices_)
+    if (d < 0 || size_t(d) >= devices_.size())
       throw BackendError(
-          fmt::format("scheduler: {} and {} cannot share a graph: one of them has its own memory",
-                      devices_[0]->info().id, devices_[i]->info().id));
+          fmt::format("scheduler: layer plan names device {} of {}", d, devices_.size()));
+  per_.resize(devices_.size());
 }
 
-Buffer& Scheduler::constant_copy(const Tensor& leaf) {
-  auto& buf = constants_[leaf.data];
+int Scheduler::planned_device(const Tensor& n) const {
+  if (layer_devices_.empty()) return 0;
+  const int at = std::clamp(n.layer + 1, 0, int(layer_devices_.size()) - 1);
+  return layer_devices_[size_t(at)];
+}
+
+size_t Scheduler::arena_bytes() const {
+  size_t n = 0;
+  for (const PerDevice& p : per_) n += p.arena ? p.arena->size() : 0;
+  return n;
+}
+
+Buffer& Scheduler::constant_copy(int d, const Tensor& leaf) {
+  auto& buf = per_[size_t(d)].constants[leaf.data];
   if (!buf) {
-    buf = devices_[0]->alloc(leaf.n_bytes());
+    buf = devices_[size_t(d)]->alloc(leaf.n_bytes());
     buf->write(0, leaf.data, leaf.n_bytes());
   }
   return *buf;
 }
 
-void Scheduler::upload_constants(const Graph& graph) {
-  Device& dev = *devices_[0];
-  if (dev.reads_host_memory()) return;
-  for (const Tensor* n : graph.nodes())
+std::pair<Buffer*, size_t> Scheduler::locate(int d, const void* addr, size_t n) const {
+  const PerDevice& p = per_[size_t(d)];
+  const auto inside = [&](Buffer* b) {
+    if (!b) return false;
+    const char* base = static_cast<const char*>(b->address());
+    const char* at = static_cast<const char*>(addr);
+    return at >= base && at + n <= base + b->size();
+  };
+  const auto offset = [&](Buffer* b) {
+    return size_t(static_cast<const char*>(addr) - static_cast<const char*>(b->address()));
+  };
+  for (Buffer* b : {p.arena.get(), p.transfers.get()})
+    if (inside(b)) return {b, offset(b)};
+  for (const auto& b : p.run_inputs)
+    if (inside(b.get())) return {b.get(), offset(b.get())};
+  for (const auto& [k, b] : p.constants)
+    if (inside(b.get())) return {b.get(), offset(b.get())};
+  return {nullptr, 0};
+}
+
+void Scheduler::upload_constants(Graph& graph) {
+  place(graph);
+  for (const Tensor* n : graph.nodes()) {
+    Device& dev = *devices_[size_t(n->device)];
+    if (dev.reads_host_memory()) continue;
     for (const Tensor* s : n->src)
-      if (s && s->op == OpKind::None && s->constant && !dev.owns(s->data)) constant_copy(*s);
+      if (s && s->op == OpKind::None && s->constant && !dev.owns(s->data))
+        constant_copy(n->device, *s);
+  }
 }
 
 void Scheduler::copy_in_leaves(Graph& graph) {
-  run_inputs_.clear();
-  Device& dev = *devices_[0];
-  if (dev.reads_host_memory()) return;
+  for (PerDevice& p : per_) p.run_inputs.clear();
   // Nodes keep their own src pointers: a leaf read from host memory is replaced, in this
   // graph only, by a leaf in device memory (the model's weight tensors are never modified).
-  std::unordered_map<Tensor*, Tensor*> replaced;
+  std::map<std::pair<Tensor*, int>, Tensor*> replaced;
   for (Tensor* n : graph.nodes()) {
+    const int d = n->device;
+    Device& dev = *devices_[size_t(d)];
     for (Tensor*& s : n->src) {
-      if (!s || s->op != OpKind::None || dev.owns(s->data)) continue;
-      auto it = replaced.find(s);
+      // Transfer targets (leaves with a device) are planned with the run.
+      if (!s || s->op != OpKind::None || s->device >= 0) continue;
+      for (size_t o = 0; o < devices_.size(); ++o)
+        if (int(o) != d && !devices_[o]->reads_host_memory() && devices_[o]->owns(s->data))
+          throw BackendError(fmt::format("{} on {} reads {}, which lies in {}'s memory",
+                                         op_name(n->op), dev.info().id, s->name,
+                                         devices_[o]->info().id));
+      if (dev.reads_host_memory() || dev.owns(s->data)) continue;
+      auto it = replaced.find({s, d});
       if (it == replaced.end()) {
         void* addr = nullptr;
         if (s->constant) {
-          addr = constant_copy(*s).address();
+          addr = constant_copy(d, *s).address();
         } else {
-          auto& buf = run_inputs_.emplace_back(dev.alloc(s->n_bytes()));
+          auto& buf = per_[size_t(d)].run_inputs.emplace_back(dev.alloc(s->n_bytes()));
           buf->write(0, s->data, s->n_bytes());
           addr = buf->address();
         }
         Tensor* copy = graph.leaf(s->name, s->type, s->ne, addr);
         copy->nb = s->nb;
         copy->constant = s->constant;
-        it = replaced.emplace(s, copy).first;
+        it = replaced.emplace(std::pair{s, d}, copy).first;
       }
       s = it->second;
     }
@@ -135,44 +175,92 @@ void Scheduler::copy_in_leaves(Graph& graph) {
 }
 
 void Scheduler::read(const Tensor& t, void* dst) const {
-  if (devices_[0]->reads_host_memory() || !arena_) {
+  const int d = t.device >= 0 ? t.device : 0;
+  if (devices_[size_t(d)]->reads_host_memory()) {
     std::memcpy(dst, t.data, t.n_bytes());
     return;
   }
-  const char* base = static_cast<const char*>(arena_->address());
-  const char* at = static_cast<const char*>(t.data);
-  if (at < base || at + t.n_bytes() > base + arena_->size())
-    throw BackendError(fmt::format("scheduler: {} is not an output of the last run", t.name));
-  arena_->read(size_t(at - base), dst, t.n_bytes());
+  auto [b, off] = locate(d, t.data, t.n_bytes());
+  if (!b) throw BackendError(fmt::format("scheduler: {} is not an output of the last run", t.name));
+  b->read(off, dst, t.n_bytes());
 }
 
 void Scheduler::place(Graph& graph) {
   report_.fallbacks.clear();
   std::set<std::string> seen;
-  for (Tensor* n : graph.nodes()) {
-    if (n->op == OpKind::View) {
-      n->device = n->src[0]->device >= 0 ? n->src[0]->device : 0;
+  const auto& nodes = graph.nodes();
+  for (Tensor* n : nodes) {
+    if (n->op == OpKind::View) continue;
+    int pref = planned_device(*n);
+    // A copy writes into its destination's memory: it runs on the device that owns it.
+    int owner = -1;
+    if (n->op == OpKind::Copy) {
+      const Tensor* root = storage_root(n->src[1]);
+      for (size_t i = 0; i < devices_.size(); ++i)
+        if (root->op == OpKind::None && !devices_[i]->reads_host_memory() &&
+            devices_[i]->owns(root->data))
+          owner = int(i);
+      if (owner >= 0) pref = owner;
+    }
+    const std::string why = devices_[size_t(pref)]->unsupported_reason(*n);
+    if (why.empty()) {
+      n->device = pref;
       continue;
     }
-    std::string first_reason;
     n->device = -1;
-    for (size_t i = 0; i < devices_.size(); ++i) {
-      const std::string why = devices_[i]->unsupported_reason(*n);
-      if (why.empty()) {
-        n->device = int(i);
-        break;
-      }
-      if (i == 0) first_reason = why;
-      if (strict_) break;
-    }
+    if (!strict_ && owner < 0)
+      for (size_t i = 0; i < devices_.size(); ++i)
+        if (int(i) != pref && devices_[i]->supports(*n)) {
+          n->device = int(i);
+          break;
+        }
     if (n->device < 0)
-      throw BackendError(fmt::format("op {} ({}) cannot run on {}: {}", op_name(n->op), n->name,
-                                     devices_[0]->info().id, first_reason));
-    if (n->device > 0) {
-      const std::string line =
-          fmt::format("{} ran on {} instead of {}: {}", op_name(n->op),
-                      devices_[size_t(n->device)]->info().id, devices_[0]->info().id, first_reason);
-      if (seen.insert(line).second) report_.fallbacks.push_back(line);
+      throw BackendError(fmt::format("op {} ({}) cannot run on {}: {}{}", op_name(n->op), n->name,
+                                     devices_[size_t(pref)]->info().id, why,
+                                     strict_ ? " (--strict: no fallback)" : ""));
+    const std::string line =
+        fmt::format("{} ran on {} instead of {}: {}", op_name(n->op),
+                    devices_[size_t(n->device)]->info().id, devices_[size_t(pref)]->info().id, why);
+    if (seen.insert(line).second) report_.fallbacks.push_back(line);
+  }
+  // Views: where their bytes are, for views of nodes; for views of leaves, where their first
+  // reader runs (the leaf is copied there, or lies there already).
+  for (Tensor* n : nodes)
+    if (n->op == OpKind::View) {
+      const Tensor* root = storage_root(n);
+      n->device = root->op != OpKind::None ? root->device : -2;
+    }
+  for (size_t i = nodes.size(); i-- > 0;)
+    for (Tensor* s : nodes[i]->src)
+      if (s && s->op == OpKind::View && storage_root(s)->op == OpKind::None)
+        s->device = nodes[i]->device;
+  for (Tensor* n : nodes)
+    if (n->device < 0) n->device = planned_device(*n);
+}
+
+void Scheduler::insert_transfers(Graph& graph) {
+  transfers_.clear();
+  std::map<std::pair<Tensor*, int>, Tensor*> made;
+  const std::vector<Tensor*> nodes = graph.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Tensor* n = nodes[i];
+    if (n->op == OpKind::View) continue;
+    for (Tensor*& s : n->src) {
+      if (!s || s->op == OpKind::None || s->device == n->device) continue;
+      if (!s->is_contiguous())
+        throw BackendError(fmt::format("{} cannot move from {} to {}: it is a strided view",
+                                       s->name, devices_[size_t(s->device)]->info().id,
+                                       devices_[size_t(n->device)]->info().id));
+      auto it = made.find({s, n->device});
+      if (it == made.end()) {
+        Tensor* to =
+            graph.leaf(s->name + "@" + devices_[size_t(n->device)]->info().id, s->type, s->ne);
+        to->device = n->device;
+        to->layer = n->layer;
+        transfers_.push_back({s, to, i});
+        it = made.emplace(std::pair{s, n->device}, to).first;
+      }
+      s = it->second;
     }
   }
 }
@@ -186,34 +274,86 @@ void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
   std::set<Tensor*> keep;
   for (Tensor* o : outputs) keep.insert(storage_root(o));
 
-  OffsetAllocator alloc;
+  std::vector<OffsetAllocator> alloc(devices_.size());
   std::unordered_map<Tensor*, size_t> offset;
   // Tensors to release after node i has run.
   std::vector<std::vector<Tensor*>> release_after(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     Tensor* n = nodes[i];
     if (n->op != OpKind::View && n->op != OpKind::Copy) {
-      offset[n] = alloc.alloc(n->n_bytes());
+      offset[n] = alloc[size_t(n->device)].alloc(n->n_bytes());
       auto lu = last_use.find(n);
       if (!keep.count(n)) release_after[lu == last_use.end() ? i : lu->second].push_back(n);
     }
-    for (Tensor* t : release_after[i]) alloc.release(offset[t], t->n_bytes());
+    for (Tensor* t : release_after[i]) alloc[size_t(t->device)].release(offset[t], t->n_bytes());
   }
-
-  const size_t need = std::max<size_t>(alloc.peak(), kAlign);
-  if (!arena_ || arena_->size() < need) {
-    arena_.reset();
-    arena_ = devices_[0]->alloc(need);
+  std::vector<bool> used(devices_.size(), false);
+  for (Tensor* n : nodes) used[size_t(n->device)] = true;
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (!used[d]) continue;
+    const size_t need = std::max<size_t>(alloc[d].peak(), kAlign);
+    auto& arena = per_[d].arena;
+    if (!arena || arena->size() < need) {
+      arena.reset();
+      arena = devices_[d]->alloc(need);
+    }
   }
-  char* base = static_cast<char*>(arena_->address());
+  // The copies between devices: each in its own slot for the run.
+  std::vector<size_t> transfer_bytes(devices_.size(), 0);
+  std::unordered_map<Tensor*, size_t> transfer_offset;
+  for (const Transfer& t : transfers_) {
+    transfer_offset[t.to] = transfer_bytes[size_t(t.to->device)];
+    transfer_bytes[size_t(t.to->device)] += align_up(t.to->n_bytes());
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    auto& buf = per_[d].transfers;
+    if (transfer_bytes[d] == 0) continue;
+    if (!buf || buf->size() < transfer_bytes[d]) {
+      buf.reset();
+      buf = devices_[d]->alloc(transfer_bytes[d]);
+    }
+  }
+  for (const Transfer& t : transfers_)
+    t.to->data =
+        static_cast<char*>(per_[size_t(t.to->device)].transfers->address()) + transfer_offset[t.to];
   for (Tensor* n : nodes) {
     if (n->op == OpKind::View)
       n->data = static_cast<char*>(n->src[0]->data) + n->view_offset;
     else if (n->op == OpKind::Copy)
       n->data = n->src[1]->data;
     else
-      n->data = base + offset[n];
+      n->data = static_cast<char*>(per_[size_t(n->device)].arena->address()) + offset[n];
   }
+}
+
+void Scheduler::transfer(const Transfer& t) {
+  const int e = t.from->device, d = t.to->device;
+  Device& src = *devices_[size_t(e)];
+  Device& dst = *devices_[size_t(d)];
+  src.synchronize();
+  const size_t n = t.from->n_bytes();
+  transfer_bytes_ += n;
+  if (src.reads_host_memory()) {
+    if (dst.reads_host_memory()) {
+      std::memcpy(t.to->data, t.from->data, n);
+      return;
+    }
+    auto [b, off] = locate(d, t.to->data, n);
+    b->write(off, t.from->data, n);
+    return;
+  }
+  auto [from, from_off] = locate(e, t.from->data, n);
+  if (!from)
+    throw BackendError(
+        fmt::format("scheduler: {} is in no buffer of {}", t.from->name, src.info().id));
+  if (dst.reads_host_memory()) {
+    from->read(from_off, t.to->data, n);
+    return;
+  }
+  std::vector<uint8_t> staged(n);
+  from->read(from_off, staged.data(), n);
+  auto [b, off] = locate(d, t.to->data, n);
+  b->write(off, staged.data(), n);
 }
 
 void Scheduler::run(Graph& graph, const std::vector<Tensor*>& outputs) {
@@ -221,13 +361,18 @@ void Scheduler::run(Graph& graph, const std::vector<Tensor*>& outputs) {
     if (t->op == OpKind::None && !t->data)
       throw BackendError(fmt::format("scheduler: input tensor {} has no data", t->name));
   place(graph);
+  insert_transfers(graph);
   copy_in_leaves(graph);
   plan_memory(graph, outputs);
+  transfer_bytes_ = 0;
   const auto& nodes = graph.nodes();
-  size_t start = 0;
+  size_t start = 0, next_transfer = 0;
   while (start < nodes.size()) {
     size_t end = start + 1;
     while (end < nodes.size() && nodes[end]->device == nodes[start]->device) ++end;
+    // The activations this run of nodes reads from other devices, in first.
+    while (next_transfer < transfers_.size() && transfers_[next_transfer].before < end)
+      transfer(transfers_[next_transfer++]);
     devices_[size_t(nodes[start]->device)]->execute(
         std::span<Tensor* const>(nodes.data() + start, end - start));
     start = end;

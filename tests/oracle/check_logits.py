@@ -79,6 +79,8 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
     cmd = [args.bin, "logits", "-m", model, "--tokens", " ".join(map(str, ids)), "--out", out]
     if args.batch is not None:
         cmd += ["-b", str(len(ids) if args.batch == "all" else int(args.batch))]
+    if args.ngl is not None:
+        cmd += ["-ngl", args.ngl]
     if args.threads is not None:
         cmd += ["-t", str(args.threads)]
     if args.device:
@@ -153,6 +155,7 @@ def main() -> int:
     ap.add_argument("--batch", help="tokens per decode call, or 'all'")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
+    ap.add_argument("--ngl", help="-ngl: layers on --device, the rest on the CPU")
     ap.add_argument("--max-rel-err", type=float, default=1e-4)
     ap.add_argument("--quantize", help="check the model as `polystack quantize` writes it")
     ap.add_argument("--max-quant-err", type=float,
