@@ -221,12 +221,17 @@ bool SelfCheckResult::passed() const {
          std::all_of(cases.begin(), cases.end(), [](const SelfCheckCase& c) { return c.passed; });
 }
 
+std::string SelfCheckCase::failure() const {
+  // Errors are kept finite for JSON: a NaN or inf is stored as 1e30.
+  if (error >= 1e30) return fmt::format("computed {} with NaN or inf", name);
+  return fmt::format("computed {} {:.1e} away from the CPU (tolerance {:.0e})", name, error,
+                     tolerance);
+}
+
 std::string SelfCheckResult::failure() const {
   if (!error.empty()) return error;
   for (const SelfCheckCase& c : cases)
-    if (!c.passed)
-      return fmt::format("computed {} {:.1e} away from the CPU (tolerance {:.0e})", c.name, c.error,
-                         c.tolerance);
+    if (!c.passed) return c.failure();
   return "";
 }
 
@@ -421,7 +426,7 @@ int selfcheck_child_main(const std::vector<std::string>& args) {
   try {
     Registry reg;
     register_builtin_backends(reg);
-    if (plugin != "-") reg.add(load_backend_plugin(plugin));
+    reg.add(load_backend_plugin(plugin));
     std::unique_ptr<Device> cpu = reg.open("cpu", DeviceOptions{});
     std::unique_ptr<Device> dev = reg.open(id, DeviceOptions{});
     r = run_selfcheck(*dev, *cpu, names, timed ? &*timed : nullptr, report_stage);
