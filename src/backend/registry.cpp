@@ -114,34 +114,31 @@ ProbeReport Registry::probe_in_process(Api api) {
   return r;
 }
 
-const std::vector<ProbeReport>& Registry::probe_all() {
-  if (reports_.size() == std::size(kAllApis)) return reports_;
+void Registry::probe_apis(std::span<const Api> apis) {
   std::vector<std::pair<Api, std::string>> plugins;
-  for (Api api : kAllApis) {
+  for (Api api : apis) {
     if (probed_.count(api)) continue;
     if (auto f = plugin_files_.find(api); f != plugin_files_.end() && !backend_loaded(api))
       plugins.emplace_back(api, f->second);
     else
       probed_[api] = probe_in_process(api);
   }
-  if (!plugins.empty()) {
-    const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
-    std::vector<ProbeReport> got = probe_plugins_out_of_process(plugins, timeout);
-    for (size_t i = 0; i < plugins.size(); ++i) probed_[plugins[i].first] = std::move(got[i]);
-  }
+  if (plugins.empty()) return;
+  const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
+  std::vector<ProbeReport> got = probe_plugins_out_of_process(plugins, timeout);
+  for (size_t i = 0; i < plugins.size(); ++i) probed_[plugins[i].first] = std::move(got[i]);
+}
+
+const std::vector<ProbeReport>& Registry::probe_all() {
+  if (reports_.size() == std::size(kAllApis)) return reports_;
+  probe_apis(kAllApis);
   reports_.clear();
   for (Api api : kAllApis) reports_.push_back(probed_.at(api));
   return reports_;
 }
 
 const ProbeReport& Registry::probe(Api api) {
-  if (auto it = probed_.find(api); it != probed_.end()) return it->second;
-  if (auto f = plugin_files_.find(api); f != plugin_files_.end() && !backend_loaded(api)) {
-    const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
-    probed_[api] = std::move(probe_plugins_out_of_process({{api, f->second}}, timeout)[0]);
-  } else {
-    probed_[api] = probe_in_process(api);
-  }
+  probe_apis(std::span<const Api>(&api, 1));
   return probed_.at(api);
 }
 

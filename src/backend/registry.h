@@ -5,6 +5,7 @@
 // devices is opened, so a plugin or driver that crashes or hangs costs only its own API.
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,9 @@ class Registry {
 
  private:
   ProbeReport probe_in_process(Api api);
+  // Probes those of `apis` not probed yet: built-in backends here, plugins in child processes,
+  // all at once.
+  void probe_apis(std::span<const Api> apis);
   bool backend_loaded(Api api) const;
   Backend* backend_for(Api api);
 

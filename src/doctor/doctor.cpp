@@ -212,6 +212,16 @@ std::string gpu_name(const PciGpu& g) {
                      g.address);
 }
 
+// The DRM render nodes (/dev/dri/renderD*); the first one's name when there are none, so that
+// its absence is reported.
+std::vector<std::string> render_nodes(const Sysroot& root) {
+  std::vector<std::string> nodes;
+  for (const std::string& e : root.list("/dev/dri"))
+    if (e.starts_with("renderD")) nodes.push_back("/dev/dri/" + e);
+  if (nodes.empty()) nodes.push_back("/dev/dri/renderD128");
+  return nodes;
+}
+
 // Device nodes: present and openable.
 void node_check(const Sysroot& root, const Options& o, Chain& ch,
                 const std::vector<std::string>& nodes, bool nvidia) {
@@ -476,10 +486,8 @@ void amd_chain(const Sysroot& root, const Options& o, const std::vector<PciGpu>&
     }
     ch.add(std::move(c));
   }
-  std::vector<std::string> nodes = {"/dev/kfd"};
-  for (const std::string& e : root.list("/dev/dri"))
-    if (e.starts_with("renderD")) nodes.push_back("/dev/dri/" + e);
-  if (nodes.size() == 1) nodes.push_back("/dev/dri/renderD128");
+  std::vector<std::string> nodes = render_nodes(root);
+  nodes.insert(nodes.begin(), "/dev/kfd");
   node_check(root, o, ch, nodes, false);
 
   Check lib = ch.make("runtime-library", "user-space runtime");
@@ -683,13 +691,7 @@ void vulkan_chain(const Sysroot& root, const Options& o, const std::vector<PciGp
   // Render nodes for Mesa's GPU drivers.
   bool needs_render = false;
   for (const PciGpu& g : gpus) needs_render |= g.vendor != 0x10de;
-  if (needs_render) {
-    std::vector<std::string> nodes;
-    for (const std::string& e : root.list("/dev/dri"))
-      if (e.starts_with("renderD")) nodes.push_back("/dev/dri/" + e);
-    if (nodes.empty()) nodes.push_back("/dev/dri/renderD128");
-    node_check(root, o, ch, nodes, false);
-  }
+  if (needs_render) node_check(root, o, ch, render_nodes(root), false);
 }
 
 void opencl_chain(const Sysroot& root, std::vector<Check>& out) {
