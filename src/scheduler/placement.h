@@ -1,0 +1,83 @@
+#pragma once
+// Where a model's layers run: the placement plan, as data. A model is a row of units (the
+// input, its repeating layers 0..n-1, the output: Tensor::layer + 1); each unit goes to one
+// device. The plan is chosen from llama.cpp-style flags (-ngl N | all | auto, --tensor-split)
+// and, for auto, from each device's free memory and each unit's cost, so that every rule is
+// pure logic tested on made-up sizes. The session and the scheduler run it; `run -v`,
+// `doctor -m` and the JSON outputs print it; a pipeline over several hosts can reuse it.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+// What one unit costs on a device that runs it.
+struct UnitCost {
+  uint64_t weights = 0;  // bytes of the weights its nodes read
+  uint64_t kv = 0;       // its KV cache at the session's context
+  // Of `weights`, the bytes the output unit reads too (a tied embedding): counted once when
+  // both units share a device. Only the input unit has any.
+  uint64_t shared_with_output = 0;
+};
+
+struct PlacementDevice {
+  std::string id;       // "vulkan:0", "cpu"
+  bool gpu = true;      // false: the CPU, which takes every unit the GPUs do not
+  uint64_t free = 0;    // free memory in bytes (after POLYSTACK_DEVICE_MEMORY); 0: unknown
+  bool capped = false;  // free comes from POLYSTACK_DEVICE_MEMORY
+};
+
+struct LayerRequest {
+  enum class Mode { Auto, Count, All };
+  Mode mode = Mode::Auto;
+  int count = 0;  // Mode::Count: -ngl N
+  // Proportions of the GPU layers per GPU (--tensor-split); empty: by free memory (auto) or
+  // equal shares.
+  std::vector<double> tensor_split;
+  bool strict = false;  // auto fit leaving a unit on the CPU is an error
+};
+
+struct PlacementPlan {
+  std::vector<PlacementDevice> devices;  // the GPUs in order, the CPU last
+  std::vector<UnitCost> units;           // what each unit costs
+  std::vector<int> unit_device;          // per unit, an index into devices
+  std::vector<uint64_t> need;            // per device: the bytes the plan puts there
+  std::vector<uint64_t> headroom;        // per device: the free memory the plan leaves alone
+  uint64_t compute = 0;                  // the compute buffer of each device that runs a unit
+  uint64_t whole_model = 0;              // everything on one device
+  std::string mode;                      // "-ngl auto", "-ngl 3", "-ngl all"
+  // The plan in one line: "layers 10-31 + output on cuda:0 (5.1 of 5.6 GiB free), input +
+  // layers 0-9 on cpu: the whole model needs 7.2 GiB (-ngl auto)".
+  std::string summary;
+  // Ops that run elsewhere than their unit's device, each with the device's reason (the
+  // scheduler's report, filled in once the graph is placed).
+  std::vector<std::string> fallbacks;
+
+  int n_units() const { return int(unit_device.size()); }
+  // True when every unit runs on devices[0].
+  bool single_device() const;
+  // Layers (with input and output) per device in words: "layers 2-4 + output".
+  std::string units_text(int device) const;
+  nlohmann::json to_json() const;
+};
+
+// The headroom auto fit leaves on a device: a tenth of its free memory, at most 512 MiB.
+uint64_t placement_headroom(uint64_t free);
+
+// The plan for `units` ([input, layers.., output]) over `devices` (GPUs first, the CPU last,
+// which may be alone). `compute` is the compute buffer a device needs to run any unit.
+// UsageError when the request cannot be met: -ngl N over a GPU's known free memory, a model
+// that fits nowhere, --strict with layers left on the CPU by auto fit, a --tensor-split of the
+// wrong length.
+PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t compute,
+                             const std::vector<PlacementDevice>& devices, const LayerRequest& req);
+
+// POLYSTACK_DEVICE_MEMORY: "vulkan:0=48MiB,cpu=2GiB" (KiB, MiB or GiB; B or none for bytes).
+// The cap for `id`, or 0 when the list names none. UsageError for a malformed list.
+uint64_t device_memory_cap(const std::string& list, const std::string& id);
+
+// "1.5 GiB", "48.0 MiB", "12 KiB", "512 B".
+std::string human_bytes(uint64_t n);
+
+}  // namespace ps
