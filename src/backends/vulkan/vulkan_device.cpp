@@ -140,6 +140,9 @@ VulkanDevice::VulkanDevice(const Instance& instance, const DeviceExtras& extras)
   if (const char* fault = std::getenv("POLYSTACK_TEST_FAULT");
       fault && std::string_view(fault).starts_with("matmul:"))
     fault_matmul_ = dtype_from_name(std::string_view(fault).substr(7));
+  if (const char* fault = std::getenv("POLYSTACK_TEST_FAULT");
+      fault && std::string_view(fault).starts_with("refuse:"))
+    refused_op_ = std::string(fault + 7);
   ifn_.vkGetPhysicalDeviceMemoryProperties(phys, &memory_);
 
   const float priority = 1.0f;

@@ -143,6 +143,9 @@ class VulkanDevice final : public Device {
   // this type are scaled by 1.25 on the device, so tests can see the self-check catch a wrong
   // kernel.
   std::optional<DType> fault_matmul_;
+  // Another (POLYSTACK_TEST_FAULT=refuse:OP, an op_name): the device says it cannot run that
+  // op, so tests see it run elsewhere and named in the placement report.
+  std::string refused_op_;
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
   std::unique_ptr<VulkanBuffer> scratch_;

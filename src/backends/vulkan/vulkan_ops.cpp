@@ -113,6 +113,8 @@ void row_grid(uint64_t rows, uint32_t& gy, uint32_t& gz) {
 }  // namespace
 
 std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
+  if (!refused_op_.empty() && refused_op_ == op_name(n.op))
+    return "refused for a test (POLYSTACK_TEST_FAULT=refuse:" + refused_op_ + ")";
   for (const Tensor* t :
        {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
         static_cast<const Tensor*>(n.src[2])})
