@@ -35,23 +35,30 @@ def main() -> int:
         return 1
 
     tests = list(dict.fromkeys(r["test"] for r in rows))
-    series = list(dict.fromkeys((r["device"], r.get("threads", 0)) for r in rows))
+    # A series per device (or split), -ngl and thread count.
+    series = list(dict.fromkeys((r["device"], r.get("threads", 0), r.get("n_gpu_layers", ""))
+                                for r in rows))
     # Thread counts in the labels only for a device tested at several.
-    counts = {d: sum(1 for dd, _ in series if dd == d) for d, _ in series}
+    counts = {d: sum(1 for dd, _, _ in series if dd == d) for d, _, _ in series}
+    several_ngl = len({n for _, _, n in series}) > 1
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6, 2 + 1.6 * len(tests) * len(series) / 2), 4.5))
-    for k, (device, threads) in enumerate(series):
+    for k, (device, threads, ngl) in enumerate(series):
         xs, ys, labels = [], [], []
         for i, test in enumerate(tests):
             r = next((r for r in rows if r["test"] == test and r["device"] == device
-                      and r.get("threads", 0) == threads), None)
+                      and r.get("threads", 0) == threads
+                      and r.get("n_gpu_layers", "") == ngl), None)
             if r is None:
                 continue
             xs.append(i + (k - (len(series) - 1) / 2) * width)
             ys.append(r["avg_ts"])
             ratio = r.get("ratio")
             labels.append(f"{r['avg_ts']:.1f}" + (f"\n{ratio:.2f}x" if ratio else ""))
-        name = f"{device}, {threads} threads" if counts[device] > 1 else device
+        name = f"{device}, {threads} threads" if counts[device] > 1 and not several_ngl \
+            else device
+        if several_ngl:
+            name += f", -ngl {ngl}"
         bars = ax.bar(xs, ys, width, label=name)
         ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
     ax.set_xticks(range(len(tests)), tests)

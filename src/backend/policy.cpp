@@ -207,6 +207,7 @@ DeviceChoice choose_device(const std::vector<ProbeReport>& reports, const Policy
     throw BackendError(
         fmt::format("--strict: {} (without --strict it is passed over)", failures.front()));
   if (best) {
+    for (const Candidate& c : also_passed) out.also_usable.push_back(c.info->id);
     for (const Candidate& c : also_passed)
       out.passed.push_back(fmt::format("{}: {}, but {} ranks higher", label(*c.info),
                                        check_text(c.check), best->info->id));

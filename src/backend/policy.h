@@ -32,6 +32,9 @@ struct DeviceChoice {
   std::string device_id;            // "cpu", "cuda:0"
   std::string reason;               // why this one, in words
   std::vector<std::string> passed;  // the devices (and APIs) not chosen, each with why
+  // The other GPUs of the chosen one's kind that passed their checks (one view each), for a
+  // model split over several GPUs (--split-mode layer). Empty when a device was named.
+  std::vector<std::string> also_usable;
 };
 
 // "NVIDIA H200, driver 580.65, CUDA 13.0": the name with the driver and runtime versions.

@@ -19,6 +19,7 @@ namespace {
 
 struct Result {
   std::string device, device_name;
+  std::string ngl;  // -ngl as given ("auto", "all", "8")
   std::string test;
   int threads;
   int n_tokens;
@@ -68,7 +69,7 @@ Action add_bench(CLI::App& app) {
   struct Opts {
     ModelFlags mf;
     std::vector<int> pp{512}, tg{128}, threads;
-    std::vector<std::string> devices;
+    std::vector<std::string> devices, ngl;
     int reps = 3;
     bool json = false;
   };
@@ -76,6 +77,15 @@ Action add_bench(CLI::App& app) {
   add_model_flags(cmd, o->mf, true);
   cmd->remove_option(cmd->get_option("--threads"));
   cmd->remove_option(cmd->get_option("--device"));
+  cmd->remove_option(cmd->get_option("--n-gpu-layers"));
+  cmd->add_option("--n-gpu-layers", o->ngl,
+                  "Layers on the GPU to test (comma-separated: auto, all or counts, like "
+                  "0,8,all; default auto); the device column shows each split")
+      ->delimiter(',')
+      ->check([](const std::string& v) {
+        parse_gpu_layers(v);
+        return std::string();
+      });
   cmd->add_option("--device", o->devices,
                   "Devices to test (comma-separated specs, e.g. cpu,vulkan:0; default: the one "
                   "the policy chooses); each row's speed is also given as a ratio to the first")
@@ -96,6 +106,8 @@ Action add_bench(CLI::App& app) {
   return [o] {
     std::vector<std::string> devices = o->devices;
     if (devices.empty()) devices.push_back(o->mf.session.device);
+    std::vector<std::string> ngls = o->ngl;
+    if (ngls.empty()) ngls.push_back("auto");
     for (const std::string& d : devices) {
       ModelFlags one = o->mf;
       one.session.device = d;
@@ -111,71 +123,80 @@ Action add_bench(CLI::App& app) {
     for (int n : o->tg) max_needed = std::max(max_needed, n + 1);
 
     for (const std::string& spec : devices)
-      for (int t : threads) {
-        // The same token ids on every device and thread count.
-        std::mt19937 rng(1234);
-        std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
-        SessionOptions so = o->mf.session;
-        so.device = spec;
-        so.n_threads = t;
-        if (so.n_ctx == 0) so.n_ctx = max_needed;
-        if (so.n_ctx < max_needed)
-          throw UsageError(fmt::format("context {} is smaller than the longest test ({} tokens)",
-                                       so.n_ctx, max_needed - 1));
-        int batch = 1;
-        for (int n : o->pp) batch = std::max(batch, n);
-        so.n_batch = batch;
-        Session s(model, so);
-        print_device_choice(s);
-        const std::string device_id = s.device().info().id;
-        const std::string device_name = s.device().info().name;
-        const int used_threads = s.device().threads();
-        {  // warm-up: page in the weights, grow the arenas
-          std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
-          for (auto& x : w) x = tok(rng);
-          s.eval(w);
-          s.eval(std::span<const int32_t>(w.data(), 1));
-          s.reset();
-        }
-        for (int n : o->pp) {
-          if (n == 0) continue;
-          Result r{device_id, device_name, fmt::format("pp{}", n), used_threads, n, {}};
-          for (int rep = 0; rep < o->reps; ++rep) {
-            std::vector<int32_t> ids(static_cast<size_t>(n));
-            for (auto& x : ids) x = tok(rng);
+      for (const std::string& ngl : ngls)
+        for (int t : threads) {
+          // The same token ids on every device and thread count.
+          std::mt19937 rng(1234);
+          std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
+          SessionOptions so = o->mf.session;
+          so.device = spec;
+          so.n_threads = t;
+          so.n_gpu_layers = parse_gpu_layers(ngl);
+          if (so.n_ctx == 0) so.n_ctx = max_needed;
+          if (so.n_ctx < max_needed)
+            throw UsageError(fmt::format("context {} is smaller than the longest test ({} tokens)",
+                                         so.n_ctx, max_needed - 1));
+          int batch = 1;
+          for (int n : o->pp) batch = std::max(batch, n);
+          so.n_batch = batch;
+          Session s(model, so);
+          print_device_choice(s);
+          // The device, or the devices of a split ("vulkan:0+cpu").
+          std::string device_id;
+          for (size_t d = 0; d < s.plan().devices.size(); ++d)
+            if (s.plan().need[d] > 0)
+              device_id += (device_id.empty() ? "" : "+") + s.plan().devices[d].id;
+          const std::string device_name = s.device().info().name;
+          const int used_threads = s.device().threads();
+          {  // warm-up: page in the weights, grow the arenas
+            std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
+            for (auto& x : w) x = tok(rng);
+            s.eval(w);
+            s.eval(std::span<const int32_t>(w.data(), 1));
             s.reset();
-            const auto t0 = std::chrono::steady_clock::now();
-            s.eval(ids);
-            r.seconds.push_back(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           }
-          results.push_back(r);
-        }
-        for (int n : o->tg) {
-          if (n == 0) continue;
-          Result r{device_id, device_name, fmt::format("tg{}", n), used_threads, n, {}};
-          for (int rep = 0; rep < o->reps; ++rep) {
-            s.reset();
-            int32_t id = tok(rng);
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < n; ++i) {
-              const int32_t one[1] = {id};
-              s.eval(one);
-              id = tok(rng);
+          for (int n : o->pp) {
+            if (n == 0) continue;
+            Result r{device_id, device_name, ngl, fmt::format("pp{}", n), used_threads, n, {}};
+            for (int rep = 0; rep < o->reps; ++rep) {
+              std::vector<int32_t> ids(static_cast<size_t>(n));
+              for (auto& x : ids) x = tok(rng);
+              s.reset();
+              const auto t0 = std::chrono::steady_clock::now();
+              s.eval(ids);
+              r.seconds.push_back(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             }
-            r.seconds.push_back(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            results.push_back(r);
           }
-          results.push_back(r);
+          for (int n : o->tg) {
+            if (n == 0) continue;
+            Result r{device_id, device_name, ngl, fmt::format("tg{}", n), used_threads, n, {}};
+            for (int rep = 0; rep < o->reps; ++rep) {
+              s.reset();
+              int32_t id = tok(rng);
+              const auto t0 = std::chrono::steady_clock::now();
+              for (int i = 0; i < n; ++i) {
+                const int32_t one[1] = {id};
+                s.eval(one);
+                id = tok(rng);
+              }
+              r.seconds.push_back(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            results.push_back(r);
+          }
         }
-      }
-    // Each row against the first device's row of the same test (and thread count, when the
-    // first device has it).
-    const std::string& first = results.empty() ? std::string() : results.front().device;
+    // Each row against the first configuration's row of the same test (and thread count,
+    // when the first configuration has it): the first device and -ngl.
+    const std::string first = results.empty() ? std::string() : results.front().device;
+    const std::string first_ngl = results.empty() ? std::string() : results.front().ngl;
     const auto ratio = [&](const Result& r) {
       const Result* base = nullptr;
       for (const Result& b : results)
-        if (b.device == first && b.test == r.test && (!base || b.threads == r.threads)) base = &b;
+        if (b.device == first && b.ngl == first_ngl && b.test == r.test &&
+            (!base || b.threads == r.threads))
+          base = &b;
       return base && base->mean_tps() > 0 ? r.mean_tps() / base->mean_tps() : 0.0;
     };
 
@@ -190,6 +211,7 @@ Action add_bench(CLI::App& app) {
                        {"n_params", p.n_params},
                        {"device", r.device},
                        {"device_name", r.device_name},
+                       {"n_gpu_layers", r.ngl},
                        {"threads", r.threads},
                        {"test", r.test},
                        {"n_tokens", r.n_tokens},
@@ -198,19 +220,22 @@ Action add_bench(CLI::App& app) {
                        {"avg_ts", r.mean_tps()},
                        {"stddev_ts", r.stddev_tps()},
                        {"ratio", ratio(r)},
-                       {"ratio_to", first}});
+                       {"ratio_to", first},
+                       {"ratio_to_n_gpu_layers", first_ngl}});
       fmt::print("{}\n", out.dump(2));
       return 0;
     }
     std::string vs = fmt::format("vs {}", first);
-    fmt::print("| {:<28} | {:>10} | {:>9} | {:<9} | {:>7} | {:>7} | {:>20} | {:>9} |\n", "model",
-               "size", "params", "device", "threads", "test", "t/s", vs);
-    fmt::print("| {:-<28} | {:->10} | {:->9} | {:-<9} | {:->7} | {:->7} | {:->20} | {:->9} |\n", "",
-               "", "", "", "", "", "", "");
+    if (ngls.size() > 1) vs += " ngl " + first_ngl;
+    fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>9} |\n",
+               "model", "size", "params", "device", "ngl", "threads", "test", "t/s", vs);
+    fmt::print(
+        "| {:-<28} | {:->10} | {:->9} | {:-<12} | {:->4} | {:->7} | {:->7} | {:->20} | {:->9} |\n",
+        "", "", "", "", "", "", "", "", "");
     for (const auto& r : results)
-      fmt::print("| {:<28} | {:>10} | {:>9} | {:<9} | {:>7} | {:>7} | {:>20} | {:>9} |\n", mname,
-                 size_text(p.weight_bytes), params_text(p.n_params), r.device, r.threads, r.test,
-                 fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()),
+      fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>9} |\n",
+                 mname, size_text(p.weight_bytes), params_text(p.n_params), r.device, r.ngl,
+                 r.threads, r.test, fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()),
                  fmt::format("{:.2f}x", ratio(r)));
     return 0;
   };

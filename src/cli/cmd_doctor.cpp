@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/device_choice.h"
 #include "backend/physical_device.h"
@@ -48,9 +49,47 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// What -m's model costs per unit, and the plans made for it: one per device, by id.
+struct ModelCost {
+  std::vector<UnitCost> units;
+  uint64_t compute = 0;
+  std::vector<std::pair<std::string, PlacementPlan>> plans;
+};
+
+// Where -ngl auto would put the model with `gpu` (nullptr: the CPU alone) beside the CPU: a
+// memory check ("vulkan.memory") whose summary is the plan's line.
+Check placement_check(const std::string& api_text, const DeviceInfo* gpu, const DeviceInfo& cpu,
+                      ModelCost& mc) {
+  Check m{api_text + ".memory", api_text, "memory", Status::Ok, "", {}, ""};
+  std::vector<PlacementDevice> devs;
+  if (gpu) devs.push_back(placement_device(*gpu));
+  devs.push_back(placement_device(cpu));
+  for (const PlacementDevice& d : devs)
+    m.evidence.push_back(fmt::format("{}: {} free{}", d.id, d.free ? gib(d.free) : "unknown",
+                                     d.capped ? " (POLYSTACK_DEVICE_MEMORY)" : ""));
+  try {
+    PlacementPlan plan = plan_placement(mc.units, mc.compute, devs, LayerRequest{});
+    m.summary = plan.summary;
+    if (gpu && !plan.single_device()) {
+      m.status = Status::Warn;
+      m.fix =
+          "a smaller quantization (polystack quantize ... Q4_K_M) or a shorter context (-c) "
+          "puts more of it on the GPU";
+    }
+    if (gpu && devs[0].free == 0) m.status = Status::Warn;
+    mc.plans.emplace_back(gpu ? gpu->id : cpu.id, std::move(plan));
+  } catch (const UsageError& e) {
+    m.status = Status::Fail;
+    m.summary = e.what();
+    m.fix = "a smaller quantization (polystack quantize ... Q4_K_M) or a shorter context (-c)";
+  }
+  return m;
+}
+
 // The API layer, the self-check and the memory check of one GPU API on the real system.
 void device_checks(std::vector<Check>& checks, const std::string& api_text, const ProbeReport& r,
-                   const std::vector<doctor::PciGpu>& gpus, uint64_t model_bytes) {
+                   const std::vector<doctor::PciGpu>& gpus, ModelCost* model,
+                   const DeviceInfo& cpu) {
   const std::string id = api_text + ".api";
   if (doctor::skip_after_failure(checks, api_text, id, "API")) {
     doctor::skip_after_failure(checks, api_text, api_text + ".self-check", "self-check");
@@ -105,24 +144,7 @@ void device_checks(std::vector<Check>& checks, const std::string& api_text, cons
       }
     }
     checks.push_back(s);
-    if (model_bytes > 0) {
-      Check m{api_text + ".memory", api_text, "memory", Status::Ok, "", {}, ""};
-      const uint64_t free = d.memory_free ? d.memory_free : d.memory_total;
-      m.evidence.push_back(fmt::format("{}: {} free of {}", d.id, gib(free), gib(d.memory_total)));
-      if (free == 0) {
-        m.status = Status::Warn;
-        m.summary = fmt::format("{}: free memory unknown", d.id);
-      } else if (model_bytes > free) {
-        m.status = Status::Warn;
-        m.summary = fmt::format("{}: the model needs {}, more than the {} free", d.id,
-                                gib(model_bytes), gib(free));
-        m.fix = "a smaller quantization (polystack quantize ... Q4_K_M) or a shorter context (-c)";
-      } else {
-        m.summary =
-            fmt::format("{}: the model needs {} of the {} free", d.id, gib(model_bytes), gib(free));
-      }
-      checks.push_back(m);
-    }
+    if (model) checks.push_back(placement_check(api_text, &d, cpu, *model));
   }
 }
 
@@ -136,7 +158,8 @@ Action add_doctor(CLI::App& app) {
     bool json = false, verbose = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "Also check that this model fits each device");
+  cmd->add_option("-m,--model", o->model,
+                  "Also check where this model's layers would run on each device (-ngl auto)");
   cmd->add_option("--api", o->apis, "Check only these APIs (cuda, hip, vulkan, opencl, cpu)")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kApis), std::end(kApis))));
   cmd->add_flag("--json", o->json, "Machine-readable output");
@@ -150,15 +173,16 @@ Action add_doctor(CLI::App& app) {
     const auto wanted = [&](const std::string& api) {
       return o->apis.empty() || std::find(o->apis.begin(), o->apis.end(), api) != o->apis.end();
     };
-    uint64_t model_bytes = 0;
+    std::optional<ModelCost> model;
+    std::unique_ptr<Device> cpu_device;
     if (!o->model.empty()) {
       auto m = LoadedModel::load(o->model, /*with_tokenizer=*/false);
       const ModelParams& p = m->model->params();
-      const int64_t ctx = std::min<int64_t>(p.n_ctx_train, 4096);
-      uint64_t kv = 0;
-      for (int64_t l = 0; l < p.n_layer; ++l)
-        kv += uint64_t(p.head_dim * p.n_head_kv) * 2 * 2 * uint64_t(kv_slots(p, l, ctx, 512));
-      model_bytes = p.weight_bytes + kv;
+      // The context and batch run uses by default.
+      const int ctx = int(std::min<int64_t>(p.n_ctx_train, 4096));
+      cpu_device = Registry::global().open("cpu", DeviceOptions{});
+      model.emplace();
+      model->units = model_unit_costs(*m, ctx, std::min(512, ctx), *cpu_device, model->compute);
     }
     std::vector<Check> checks = doctor::file_checks(root, opts);
     const std::vector<doctor::PciGpu> gpus = doctor::find_gpus(root);
@@ -173,7 +197,8 @@ Action add_doctor(CLI::App& app) {
         if (r.api == Api::Cpu || r.api == Api::Metal || r.api == Api::DirectML || !wanted(api))
           continue;
         if (r.api == Api::OpenCL && !r.built) continue;  // no backend yet: the file checks say so
-        device_checks(checks, api, r, gpus, model_bytes);
+        device_checks(checks, api, r, gpus, model ? &*model : nullptr,
+                      cpu_device ? cpu_device->info() : reg.probe(Api::Cpu).devices.at(0));
         for (const DeviceInfo& d : r.devices)
           if (d.unusable.empty() && d.kind != DeviceKind::Cpu) gpu_usable = true;
       }
@@ -183,17 +208,7 @@ Action add_doctor(CLI::App& app) {
           Check c{"cpu.device", "cpu", "hardware", Status::Ok, d.name, {}, ""};
           for (const auto& [k, v] : d.facts) c.evidence.push_back(fmt::format("{} = {}", k, v));
           checks.push_back(c);
-          if (model_bytes > 0) {
-            Check m{"cpu.memory", "cpu", "memory", Status::Ok, "", {}, ""};
-            m.summary = fmt::format("the model needs {} of the {} free", gib(model_bytes),
-                                    gib(d.memory_free));
-            if (d.memory_free && model_bytes > d.memory_free) {
-              m.status = Status::Warn;
-              m.summary = fmt::format("the model needs {}, more than the {} free", gib(model_bytes),
-                                      gib(d.memory_free));
-            }
-            checks.push_back(m);
-          }
+          if (model) checks.push_back(placement_check("cpu", nullptr, d, *model));
         }
       }
       ChoiceOptions co;
@@ -252,6 +267,10 @@ Action add_doctor(CLI::App& app) {
                                  {"summary", c.summary},
                                  {"evidence", c.evidence},
                                  {"fix", c.fix}});
+      if (model) {
+        out["placement"] = nlohmann::json::object();
+        for (const auto& [id, plan] : model->plans) out["placement"][id] = plan.to_json();
+      }
       out["verdict"] = {{"device", verdict_device},
                         {"reason", verdict_reason},
                         {"gpu_present", gpu_present},

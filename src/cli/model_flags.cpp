@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include "backend/device_choice.h"
 #include "backend/physical_device.h"
 #include "backend/registry.h"
@@ -29,22 +31,57 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
       "Run on a GPU without checking it against the CPU first");
   cmd->add_option_function<std::string>(
       "--n-gpu-layers",
+      [&f](const std::string& v) { f.session.n_gpu_layers = parse_gpu_layers(v); },
+      "Layers on the GPU: auto (default: as many as its free memory holds), all, or N (the "
+      "last N; above the layer count, everything); the rest on the CPU");
+  cmd->add_option_function<std::string>(
+      "--split-mode",
       [&f](const std::string& v) {
-        if (v == "all") {
-          f.session.n_gpu_layers = -1;
-          return;
-        }
-        char* end = nullptr;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || n < 0 || n > (1 << 20))
-          throw CLI::ValidationError("--n-gpu-layers",
-                                     "'" + v + "' is not all or a count of layers");
-        f.session.n_gpu_layers = int(n);
+        if (v == "row")
+          throw CLI::ValidationError("--split-mode",
+                                     "row (one matmul across GPUs) is not supported; use layer");
+        if (v != "none" && v != "layer")
+          throw CLI::ValidationError("--split-mode", "'" + v + "' is not none or layer");
+        f.session.split_layers = v == "layer";
       },
-      "Layers on the GPU: all (default) or N, the last N (N above the layer count: the "
-      "output too); the rest on the CPU");
+      "none (default): one GPU; layer: the layers spread over every GPU that passed its checks");
+  cmd->add_option_function<std::string>(
+      "--tensor-split",
+      [&f](const std::string& v) {
+        f.session.tensor_split.clear();
+        size_t at = 0;
+        while (at <= v.size()) {
+          const size_t comma = v.find_first_of(",/", at);
+          const std::string item = v.substr(at, comma == std::string::npos ? comma : comma - at);
+          char* end = nullptr;
+          const double x = std::strtod(item.c_str(), &end);
+          if (item.empty() || *end != '\0' || !(x >= 0) || x > 1e9)
+            throw CLI::ValidationError("--tensor-split",
+                                       "'" + v + "' is not a list of proportions like 3,1");
+          f.session.tensor_split.push_back(x);
+          if (comma == std::string::npos) break;
+          at = comma + 1;
+        }
+        f.session.split_layers = true;
+      },
+      "Shares of the layers per GPU in id order, like 3,1 (implies --split-mode layer)");
+  cmd->add_option("--main-gpu", f.session.main_gpu,
+                  "With --split-mode none: the GPU to use, an index into the GPUs that passed "
+                  "their checks in id order (default: the best)")
+      ->check(CLI::Range(0, 1 << 16));
   cmd->add_flag("--recheck", f.session.recheck,
                 "Run the device self-check again even when its result is cached");
+}
+
+int parse_gpu_layers(const std::string& v) {
+  if (v == "auto") return SessionOptions::kNglAuto;
+  if (v == "all") return SessionOptions::kNglAll;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > (1 << 20) || !std::isdigit(uint8_t(v[0])))
+    throw CLI::ValidationError("--n-gpu-layers",
+                               "'" + v + "' is not auto, all or a count of layers");
+  return int(n);
 }
 
 void check_device_flag(const ModelFlags& f) {
@@ -63,10 +100,22 @@ void print_device_choice(const Session& s) {
   for (const auto& line : c.notes) fmt::print(stderr, "polystack: {}\n", line);
   const DeviceInfo& dev = s.device().info();
   fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, describe_device(dev), c.reason);
-  if (!s.split().empty()) fmt::print(stderr, "polystack: split: {}\n", s.split());
+  fmt::print(stderr, "polystack: plan: {}\n", s.plan().summary);
   for (const auto& line : c.passed) fmt::print(stderr, "polystack: not chosen: {}\n", line);
-  for (const auto& line : s.placement().fallbacks)
-    fmt::print(stderr, "polystack: fallback: {}\n", line);
+  for (const auto& line : s.plan().fallbacks) fmt::print(stderr, "polystack: fallback: {}\n", line);
+}
+
+void print_plan_detail(const Session& s) {
+  const PlacementPlan& p = s.plan();
+  fmt::print(stderr, "polystack: placement ({}), compute buffer {} per device:\n", p.mode,
+             human_bytes(p.compute));
+  for (size_t d = 0; d < p.devices.size(); ++d) {
+    const PlacementDevice& dev = p.devices[d];
+    fmt::print(stderr, "polystack:   {:<10} {:<28} needs {:>10}, free {}{}\n", dev.id,
+               p.units_text(int(d)), human_bytes(p.need[d]),
+               dev.free ? human_bytes(dev.free) : "unknown",
+               dev.free ? fmt::format(" (headroom {})", human_bytes(p.headroom[d])) : "");
+  }
 }
 
 }  // namespace ps::cli

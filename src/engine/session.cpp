@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -46,6 +47,19 @@ ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptio
   return c;
 }
 
+PlacementDevice placement_device(const DeviceInfo& d) {
+  PlacementDevice pd;
+  pd.id = d.id;
+  pd.gpu = d.api != Api::Cpu;
+  pd.free = d.memory_free ? d.memory_free : d.memory_total;
+  const char* caps = std::getenv("POLYSTACK_DEVICE_MEMORY");
+  if (const uint64_t cap = device_memory_cap(caps ? caps : "", d.id); cap) {
+    pd.free = pd.free ? std::min(pd.free, cap) : cap;
+    pd.capped = true;
+  }
+  return pd;
+}
+
 Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts)
     : model_(std::move(model)) {
   const ModelParams& p = model_->model->params();
@@ -60,53 +74,82 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   DeviceOptions dopts;
   dopts.n_threads = opts.n_threads;
   choice_ = choose_device(reg, device_choice_options(*model_, opts));
-  device_ = reg.open(choice_.device_id, dopts);
-  if (const DeviceInfo& di = device_->info(); !di.unusable.empty())
-    throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
-  std::vector<Device*> devices{device_.get()};
-  // Beside a GPU, the CPU: it runs the layers -ngl leaves off the GPU.
-  std::vector<int> layer_devices;  // [input, layer 0 .. n - 1, output]
-  if (device_->info().api != Api::Cpu) {
-    cpu_ = reg.open("cpu", dopts);
-    devices.push_back(cpu_.get());
-    const int64_t L = p.n_layer;
-    const int64_t ngl = opts.n_gpu_layers < 0 ? L + 1 : std::min<int64_t>(opts.n_gpu_layers, L + 1);
-    if (ngl <= L) {
-      layer_devices.assign(size_t(L + 2), 1);
-      for (int64_t l = L - ngl; l < L; ++l) layer_devices[size_t(l + 1)] = 0;
-      const auto range = [](int64_t a, int64_t b) {
-        return a == b ? fmt::format("layer {}", a) : fmt::format("layers {}-{}", a, b);
-      };
-      if (ngl == 0)
-        split_ = "every layer on cpu (-ngl 0)";
-      else if (ngl == L)
-        split_ = fmt::format("{} on {}, input + output on cpu (-ngl {})", range(0, L - 1),
-                             device_->info().id, ngl);
-      else
-        split_ = fmt::format("{} on {}, input + {} + output on cpu (-ngl {})",
-                             range(L - ngl, L - 1), device_->info().id, range(0, L - ngl - 1), ngl);
+  const bool on_gpu = choice_.device_id != "cpu";
+  if (!on_gpu && (opts.main_gpu >= 0 || opts.split_layers || !opts.tensor_split.empty()))
+    throw UsageError(fmt::format("{} needs a GPU, but the model runs on the CPU ({})",
+                                 opts.main_gpu >= 0  ? "--main-gpu"
+                                 : opts.split_layers ? "--split-mode layer"
+                                                     : "--tensor-split",
+                                 choice_.reason));
+  // The GPUs: the chosen one, or with --split-mode layer / --main-gpu every GPU that passed.
+  std::vector<std::string> gpu_ids;
+  if (on_gpu) {
+    std::vector<std::string> all = choice_.also_usable;
+    all.push_back(choice_.device_id);
+    std::sort(all.begin(), all.end());
+    std::string main_id = choice_.device_id;
+    if (opts.main_gpu >= 0) {
+      if (size_t(opts.main_gpu) >= all.size())
+        throw UsageError(fmt::format("--main-gpu {}: {} GPU(s) passed their checks: {}",
+                                     opts.main_gpu, all.size(), fmt::join(all, ", ")));
+      main_id = all[size_t(opts.main_gpu)];
+      if (main_id != choice_.device_id)
+        choice_.reason = fmt::format("--main-gpu {} of {}", opts.main_gpu, fmt::join(all, ", "));
+    }
+    gpu_ids = opts.split_layers ? all : std::vector<std::string>{main_id};
+    for (const std::string& id : gpu_ids) {
+      devices_.push_back(reg.open(id, dopts));
+      if (id == main_id) device_ = devices_.back().get();
     }
   }
-  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, layer_devices);
+  devices_.push_back(reg.open("cpu", dopts));
+  if (!device_) device_ = devices_.back().get();
+  for (const auto& d : devices_)
+    if (const DeviceInfo& di = d->info(); !di.unusable.empty())
+      throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
+  std::vector<Device*> devices;
+  for (const auto& d : devices_) devices.push_back(d.get());
+
+  // The plan: which device runs each layer, from -ngl and the free memory of each device.
+  uint64_t compute = 0;
+  const std::vector<UnitCost> units =
+      model_unit_costs(*model_, n_ctx_, n_batch_, *devices_.back(), compute);
+  std::vector<PlacementDevice> pdevs;
+  for (const auto& d : devices_) pdevs.push_back(placement_device(d->info()));
+  LayerRequest req;
+  req.mode = opts.n_gpu_layers == SessionOptions::kNglAuto  ? LayerRequest::Mode::Auto
+             : opts.n_gpu_layers == SessionOptions::kNglAll ? LayerRequest::Mode::All
+                                                            : LayerRequest::Mode::Count;
+  req.count = std::max(opts.n_gpu_layers, 0);
+  req.tensor_split = opts.tensor_split;
+  req.strict = opts.strict;
+  plan_ = plan_placement(units, compute, pdevs, req);
+  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
 
   // Each layer's KV cache on the device that runs the layer. Sliding-window layers keep a ring
   // of their window plus one batch (kv_slots).
   for (int64_t l = 0; l < p.n_layer; ++l) {
-    Device& dev = layer_devices.empty() ? *device_ : *devices[size_t(layer_devices[size_t(l + 1)])];
+    Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
     const size_t layer_bytes =
         size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
     k_cache_.push_back(dev.alloc(layer_bytes));
     v_cache_.push_back(dev.alloc(layer_bytes));
   }
   // Weights reach a device with its own memory now rather than with the first token (devices
-  // that read host memory use them where they are: no graph to build).
-  if (!device_->reads_host_memory()) {
-    const int32_t first = 0;
-    Graph g;
-    std::vector<int32_t> pos;
-    build(g, std::span<const int32_t>(&first, 1), pos, false);
-    scheduler_->upload_constants(g);
-  }
+  // that read host memory use them where they are); placing the graph also finds the ops that
+  // run elsewhere than their layer's device.
+  const int32_t first = 0;
+  Graph g;
+  std::vector<int32_t> pos;
+  build(g, std::span<const int32_t>(&first, 1), pos, false, 0);
+  scheduler_->upload_constants(g);
+  plan_.fallbacks = scheduler_->report().fallbacks;
+}
+
+std::vector<const Device*> Session::devices() const {
+  std::vector<const Device*> out;
+  for (const auto& d : devices_) out.push_back(d.get());
+  return out;
 }
 
 Session::~Session() = default;
@@ -145,34 +188,81 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
   return out;
 }
 
-Tensor* Session::build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
-                       bool all_logits) const {
-  const ModelParams& p = model_->model->params();
+namespace {
+
+// The forward graph of `tokens` at positions n_past.. (written to pos, which the graph reads),
+// over the caches k and v (nullptr data when absent: a graph to measure, not to run).
+Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> tokens,
+                      std::vector<int32_t>& pos, bool all_logits, int n_past, int n_ctx,
+                      int n_batch, const std::vector<std::unique_ptr<Buffer>>& k,
+                      const std::vector<std::unique_ptr<Buffer>>& v) {
+  const ModelParams& p = m.model->params();
   const int32_t T = int32_t(tokens.size());
   pos.resize(tokens.size());
-  for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past_ + i;
+  for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past + i;
   ForwardInputs in;
   in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, const_cast<int32_t*>(tokens.data()));
   in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, pos.data());
-  in.n_past = n_past_;
+  in.n_past = n_past;
   in.n_tokens = T;
   in.all_logits = all_logits;
   for (int64_t l = 0; l < p.n_layer; ++l) {
-    const int64_t slots = kv_slots(p, l, n_ctx_, n_batch_);
+    const int64_t slots = kv_slots(p, l, n_ctx, n_batch);
     in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
                                 {p.head_dim, p.n_head_kv, slots, 1},
-                                k_cache_[size_t(l)]->address()));
+                                k.empty() ? nullptr : k[size_t(l)]->address()));
     in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
                                 {p.head_dim, p.n_head_kv, slots, 1},
-                                v_cache_[size_t(l)]->address()));
+                                v.empty() ? nullptr : v[size_t(l)]->address()));
   }
-  return model_->model->build_graph(g, in);
+  return m.model->build_graph(g, in);
+}
+
+}  // namespace
+
+std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
+                                       uint64_t& compute) {
+  const ModelParams& p = m.model->params();
+  const int T = std::min(n_batch, n_ctx);
+  const std::vector<int32_t> tokens(size_t(T), 0);
+  Graph g;
+  std::vector<int32_t> pos;
+  Tensor* logits = build_forward(m, g, tokens, pos, false, n_ctx - T, n_ctx, n_batch, {}, {});
+  const int n_units = int(p.n_layer) + 2;
+  std::vector<UnitCost> units(static_cast<size_t>(n_units));
+  // Each weight counts for every unit whose nodes read it (a view for the tensor it views).
+  std::vector<std::set<const Tensor*>> read(static_cast<size_t>(n_units));
+  for (const Tensor* n : g.nodes())
+    for (const Tensor* s : n->src) {
+      while (s && s->op == OpKind::View) s = s->src[0];
+      if (s && s->op == OpKind::None && s->constant)
+        read[size_t(std::clamp(n->layer + 1, 0, n_units - 1))].insert(s);
+    }
+  for (int u = 0; u < n_units; ++u)
+    for (const Tensor* w : read[size_t(u)]) {
+      units[size_t(u)].weights += w->n_bytes();
+      if (u == 0 && read[size_t(n_units - 1)].count(w)) units[0].shared_with_output += w->n_bytes();
+    }
+  for (int64_t l = 0; l < p.n_layer; ++l)
+    units[size_t(l + 1)].kv =
+        uint64_t(p.head_dim * p.n_head_kv) * 2 * 2 * uint64_t(kv_slots(p, l, n_ctx, n_batch));
+  // The compute buffer: the peak of the intermediate tensors of a prompt batch at the end of
+  // the context, as the scheduler would plan it (the same on every device).
+  Scheduler probe({&cpu}, false);
+  compute = probe.measure(g, {logits})[0];
+  return units;
+}
+
+Tensor* Session::build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
+                       bool all_logits, int n_past) const {
+  return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_, k_cache_,
+                       v_cache_);
 }
 
 void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out) {
   Graph g;
   std::vector<int32_t> pos;
-  Tensor* logits = build(g, tokens, pos, all_logits);
+  Tensor* logits = build(g, tokens, pos, all_logits, n_past_);
   scheduler_->run(g, {logits});
   const size_t n = size_t(logits->n_elements());
   const size_t at = out.size();

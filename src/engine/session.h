@@ -1,5 +1,5 @@
 #pragma once
-// A loaded model plus a context on one device: the KV cache, the scheduler and the batching
+// A loaded model plus a context on its devices: the KV cache, the scheduler and the batching
 // of prompt tokens. This is the layer the CLI and the server talk to.
 #include <chrono>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/device_choice.h"
 #include "model/model.h"
+#include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,14 +37,32 @@ struct SessionOptions {
   bool strict = false;
   bool self_check = true;  // false: trust a GPU without its self-check (--no-self-check)
   bool recheck = false;    // run the self-check again even when results are cached
-  // Layers on the chosen GPU, llama.cpp's -ngl: the last N repeating layers (and the output
-  // layer when N exceeds their count), the rest on the CPU; -1: all of them.
-  int n_gpu_layers = -1;
+  // Layers on the GPU(s), llama.cpp's -ngl: kNglAuto fits as many as the GPU's free memory
+  // holds (scheduler/placement.h); kNglAll puts everything there; N the last N repeating
+  // layers (and everything when N exceeds their count), the rest on the CPU.
+  static constexpr int kNglAuto = -2, kNglAll = -1;
+  int n_gpu_layers = kNglAuto;
+  // --split-mode layer: the layers spread over every GPU that passed its checks (with the
+  // chosen one), in proportion to tensor_split (one share per GPU, in id order) or to their
+  // free memory. Otherwise one GPU: the chosen one, or the main_gpu-th of those GPUs.
+  bool split_layers = false;
+  std::vector<double> tensor_split;
+  int main_gpu = -1;
 };
 
 // The options for choosing a model's device: the session's flags and the model's weight types
 // (each gets self-check cases; the one holding most bytes is timed).
 ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptions& opts);
+
+// What each unit of the model ([input, layers, output]) costs at a context of n_ctx tokens
+// and prompt batches of n_batch, and (compute) the intermediate tensors a device needs to run
+// a batch at the end of the context, measured by planning the graph on the CPU device.
+std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
+                                       uint64_t& compute);
+
+// A device as the placement plan sees it: its free memory (else its total), capped by
+// POLYSTACK_DEVICE_MEMORY.
+PlacementDevice placement_device(const DeviceInfo& d);
 
 class Session {
  public:
@@ -57,15 +76,19 @@ class Session {
   void reset() { n_past_ = 0; }
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
+  // The main device: the chosen GPU (or the CPU), which prints as "running on".
   const Device& device() const { return *device_; }
+  // Every device the session uses: the GPUs in id order, the CPU last (beside a GPU it runs
+  // the layers the GPU does not hold, and the ops it lacks).
+  std::vector<const Device*> devices() const;
   // Which device and why, the devices passed over and the self-checks that ran.
   const ChosenDevice& device_choice() const { return choice_; }
-  const PlacementReport& placement() const { return scheduler_->report(); }
-  // Where the layers run, in words ("layers 3-4 + output on vulkan:0, input + layers 0-2 on
-  // cpu (-ngl 2)"); "" when everything runs on device().
-  const std::string& split() const { return split_; }
+  // Where each layer runs and why, and the ops that run elsewhere than their layer's device.
+  const PlacementPlan& plan() const { return plan_; }
   // Bytes copied between devices in the last forward pass.
   size_t transfer_bytes() const { return scheduler_->transfer_bytes(); }
+  // The time those copies took (not the wait for the producing device to finish).
+  double transfer_seconds() const { return scheduler_->transfer_seconds(); }
   const LoadedModel& model() const { return *model_; }
   size_t kv_cache_bytes() const;
 
@@ -74,13 +97,13 @@ class Session {
   // The forward graph for `tokens` at the next positions (written to pos, which the graph
   // reads), returning the logits node.
   Tensor* build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
-                bool all_logits) const;
+                bool all_logits, int n_past) const;
 
   std::shared_ptr<const LoadedModel> model_;
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Device> cpu_;  // beside a GPU: the layers it does not hold, and fallbacks
-  std::string split_;
+  std::vector<std::unique_ptr<Device>> devices_;  // the GPUs, the CPU last
+  Device* device_ = nullptr;
   ChosenDevice choice_;
+  PlacementPlan plan_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
   int n_ctx_ = 0;

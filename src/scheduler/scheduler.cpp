@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -208,8 +209,9 @@ void Scheduler::place(Graph& graph) {
       continue;
     }
     n->device = -1;
+    // Elsewhere: the last device first (the CPU, which sessions put last).
     if (!strict_ && owner < 0)
-      for (size_t i = 0; i < devices_.size(); ++i)
+      for (size_t i = devices_.size(); i-- > 0;)
         if (int(i) != pref && devices_[i]->supports(*n)) {
           n->device = int(i);
           break;
@@ -265,7 +267,8 @@ void Scheduler::insert_transfers(Graph& graph) {
   }
 }
 
-void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
+std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tensor*>& outputs,
+                                            std::unordered_map<Tensor*, size_t>& offset) const {
   const auto& nodes = graph.nodes();
   std::unordered_map<Tensor*, size_t> last_use;
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -275,7 +278,6 @@ void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
   for (Tensor* o : outputs) keep.insert(storage_root(o));
 
   std::vector<OffsetAllocator> alloc(devices_.size());
-  std::unordered_map<Tensor*, size_t> offset;
   // Tensors to release after node i has run.
   std::vector<std::vector<Tensor*>> release_after(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -287,11 +289,30 @@ void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
     }
     for (Tensor* t : release_after[i]) alloc[size_t(t->device)].release(offset[t], t->n_bytes());
   }
+  std::vector<size_t> peaks;
+  for (const OffsetAllocator& a : alloc) peaks.push_back(a.peak());
+  // The copies between devices: each in its own slot for the run.
+  for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] += align_up(t.to->n_bytes());
+  return peaks;
+}
+
+std::vector<size_t> Scheduler::measure(Graph& graph, const std::vector<Tensor*>& outputs) {
+  place(graph);
+  insert_transfers(graph);
+  std::unordered_map<Tensor*, size_t> offset;
+  return plan_offsets(graph, outputs, offset);
+}
+
+void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
+  const auto& nodes = graph.nodes();
+  std::unordered_map<Tensor*, size_t> offset;
+  std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
+  for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] -= align_up(t.to->n_bytes());
   std::vector<bool> used(devices_.size(), false);
   for (Tensor* n : nodes) used[size_t(n->device)] = true;
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (!used[d]) continue;
-    const size_t need = std::max<size_t>(alloc[d].peak(), kAlign);
+    const size_t need = std::max<size_t>(peaks[d], kAlign);
     auto& arena = per_[d].arena;
     if (!arena || arena->size() < need) {
       arena.reset();
@@ -330,7 +351,15 @@ void Scheduler::transfer(const Transfer& t) {
   const int e = t.from->device, d = t.to->device;
   Device& src = *devices_[size_t(e)];
   Device& dst = *devices_[size_t(d)];
+  // The source's queue drains first: the copy waits for its producer (not counted as copying).
   src.synchronize();
+  struct Timed {
+    std::chrono::steady_clock::time_point t0;
+    double& total;
+    ~Timed() {
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  } timed{std::chrono::steady_clock::now(), transfer_seconds_};
   const size_t n = t.from->n_bytes();
   transfer_bytes_ += n;
   if (src.reads_host_memory()) {
@@ -365,6 +394,7 @@ void Scheduler::run(Graph& graph, const std::vector<Tensor*>& outputs) {
   copy_in_leaves(graph);
   plan_memory(graph, outputs);
   transfer_bytes_ = 0;
+  transfer_seconds_ = 0;
   const auto& nodes = graph.nodes();
   size_t start = 0, next_transfer = 0;
   while (start < nodes.size()) {

@@ -21,7 +21,8 @@ struct PlacementReport {
 
 class Scheduler {
  public:
-  // devices[0] is preferred; later ones take ops a device does not support, unless strict.
+  // devices[0] is preferred; an op its device does not support runs on another, the last
+  // first (the CPU in a session), unless strict.
   // layer_devices[l + 1] is the device (an index into devices) of the nodes of layer l (-1, the
   // input, to n, the output: Tensor::layer); empty: every layer on devices[0].
   Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices = {});
@@ -36,10 +37,16 @@ class Scheduler {
   void upload_constants(Graph& graph);
   // Copies an output of the last run to host memory (dst holds t.n_bytes()).
   void read(const Tensor& t, void* dst) const;
+  // Places the graph and returns the bytes of intermediate tensors (and copies between
+  // devices) each device would need to run it, allocating nothing: the compute buffers a
+  // placement plan reserves.
+  std::vector<size_t> measure(Graph& graph, const std::vector<Tensor*>& outputs);
   const PlacementReport& report() const { return report_; }
   size_t arena_bytes() const;
   // The bytes copied between devices in the last run.
   size_t transfer_bytes() const { return transfer_bytes_; }
+  // The time the last run spent on those copies (after the source device's queue drained).
+  double transfer_seconds() const { return transfer_seconds_; }
 
  private:
   struct PerDevice {
@@ -58,6 +65,10 @@ class Scheduler {
   void insert_transfers(Graph& graph);
   void copy_in_leaves(Graph& graph);
   void plan_memory(Graph& graph, const std::vector<Tensor*>& outputs);
+  // Offsets of the intermediate tensors in their device's arena; returns each device's peak,
+  // with the transfer slots added.
+  std::vector<size_t> plan_offsets(Graph& graph, const std::vector<Tensor*>& outputs,
+                                   std::unordered_map<Tensor*, size_t>& offset) const;
   void transfer(const Transfer& t);
   // The buffer of device d that holds [addr, addr + n), and the offset in it.
   std::pair<Buffer*, size_t> locate(int d, const void* addr, size_t n) const;
@@ -70,6 +81,7 @@ class Scheduler {
   std::vector<PerDevice> per_;
   std::vector<Transfer> transfers_;
   size_t transfer_bytes_ = 0;
+  double transfer_seconds_ = 0;
 };
 
 }  // namespace ps

@@ -55,7 +55,8 @@ TEST(GpuEmulation, KernelsMatchTheCpuBackend) {
   EXPECT_GT(compared, 200);
 }
 
-// The emulated device as the registry's cuda:0 (this binary sits in a folder without plugins).
+// The emulated device as the registry's cuda:0 and cuda:1 (this binary sits in a folder
+// without plugins): two GPUs for a model split over both.
 class EmulatedBackend final : public Backend {
  public:
   Api api() const override { return Api::Cuda; }
@@ -63,16 +64,19 @@ class EmulatedBackend final : public Backend {
     ProbeReport r;
     r.api = Api::Cuda;
     r.built = true;
-    DeviceInfo d;
-    d.id = "cuda:0";
-    d.api = Api::Cuda;
-    d.kind = DeviceKind::DiscreteGpu;
-    d.name = fmt::format("emulated GPU (warp {})", PS_EMU_WARP);
-    r.devices.push_back(d);
+    for (int i = 0; i < 2; ++i) {
+      DeviceInfo d;
+      d.id = fmt::format("cuda:{}", i);
+      d.api = Api::Cuda;
+      d.kind = DeviceKind::DiscreteGpu;
+      d.name = fmt::format("emulated GPU (warp {})", PS_EMU_WARP);
+      r.devices.push_back(d);
+    }
     return r;
   }
-  std::unique_ptr<Device> open_device(int, const DeviceOptions&) override {
-    return std::make_unique<gpu::GpuDevice>(probe().devices[0], 0);
+  std::unique_ptr<Device> open_device(int index, const DeviceOptions&) override {
+    // Both on the one emulated runtime, each with buffers of its own.
+    return std::make_unique<gpu::GpuDevice>(probe().devices.at(size_t(index)), 0);
   }
 };
 
@@ -88,10 +92,15 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
   // of 4 and 3, then single tokens (every emulated launch costs OS thread wake-ups: kept short).
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383};
   const std::vector<int32_t> steps = {286, 261};
-  auto logits = [&](const std::string& device, int n_gpu_layers) {
+  auto logits = [&](const std::string& device, int n_gpu_layers,
+                    std::vector<double> tensor_split = {}, int main_gpu = -1,
+                    std::string* plan = nullptr) {
     SessionOptions o;
     o.device = device;
     o.n_gpu_layers = n_gpu_layers;
+    o.split_layers = !tensor_split.empty();
+    o.tensor_split = tensor_split;
+    o.main_gpu = main_gpu;
     o.strict = true;
     // The self-check's model-sized cases would take minutes on the emulator; the conformance
     // cases above check the same kernels.
@@ -99,6 +108,7 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
     o.n_ctx = 64;
     o.n_batch = 4;
     Session s(loaded, o);
+    if (plan) *plan = s.plan().summary;
     std::vector<float> all = s.eval(prompt, true);
     for (int32_t t : steps) {
       const std::vector<float> step = s.eval(std::span<const int32_t>(&t, 1));
@@ -107,20 +117,33 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
     return all;
   };
   const std::vector<float> want = logits("cpu", -1);
-  // The whole model on the emulated GPU, then split: its last 2 of 5 layers there, the rest
-  // (and the output) on the CPU, with the activations copied across at each boundary.
-  for (int ngl : {-1, 2}) {
-    const std::vector<float> got = logits("cuda:0", ngl);
+  const auto compare = [&](const std::vector<float>& got, const std::string& what) {
     ASSERT_EQ(got.size(), want.size());
     double scale = 0, err = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       scale = std::max(scale, std::fabs(double(want[i])));
       err = std::max(err, std::fabs(double(got[i]) - want[i]));
     }
-    std::printf("stories260K, %zu positions, -ngl %d: max |emulated - cpu| / max |cpu| = %.2e\n",
-                prompt.size() + steps.size(), ngl, err / scale);
-    EXPECT_LT(err / scale, 1e-3) << "-ngl " << ngl;
-  }
+    std::printf("stories260K, %zu positions, %s: max |emulated - cpu| / max |cpu| = %.2e\n",
+                prompt.size() + steps.size(), what.c_str(), err / scale);
+    EXPECT_LT(err / scale, 1e-3) << what;
+  };
+  // The whole model on the emulated GPU, then split: its last 2 of 5 layers there, the rest
+  // (and the output) on the CPU, with the activations copied across at each boundary.
+  for (int ngl : {-1, 2}) compare(logits("cuda:0", ngl), fmt::format("-ngl {}", ngl));
+  // Two GPUs, --tensor-split 3,2: the input and layers 0-2 on cuda:0, layers 3-4 and the output
+  // on cuda:1; then -ngl 4 (layers 1-4) over both and the CPU.
+  std::string plan;
+  compare(logits("cuda", -1, {3, 2}, -1, &plan), "--tensor-split 3,2");
+  EXPECT_NE(plan.find("input + layers 0-2 on cuda:0"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("layers 3-4 + output on cuda:1"), std::string::npos) << plan;
+  compare(logits("cuda", 4, {1, 1}, -1, &plan), "-ngl 4 --tensor-split 1,1");
+  EXPECT_NE(plan.find("layers 1-2 on cuda:0"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("layers 3-4 on cuda:1"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("input + layer 0 + output on cpu"), std::string::npos) << plan;
+  // --main-gpu 1: the second GPU alone.
+  compare(logits("cuda", -1, {}, 1, &plan), "--main-gpu 1");
+  EXPECT_NE(plan.find("everything on cuda:1"), std::string::npos) << plan;
 }
 
 }  // namespace
