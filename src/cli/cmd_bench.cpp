@@ -147,7 +147,9 @@ Action add_bench(CLI::App& app) {
             if (s.plan().need[d] > 0)
               device_id += (device_id.empty() ? "" : "+") + s.plan().devices[d].id;
           const std::string device_name = s.device().info().name;
-          const int used_threads = s.device().threads();
+          // The CPU's threads when it runs any layer (beside a GPU too), else the device's.
+          int used_threads = s.device().threads();
+          if (s.plan().need.back() > 0) used_threads = s.devices().back()->threads();
           {  // warm-up: page in the weights, grow the arenas
             std::vector<int32_t> w(static_cast<size_t>(std::min(batch, 16)));
             for (auto& x : w) x = tok(rng);
@@ -227,16 +229,17 @@ Action add_bench(CLI::App& app) {
     }
     std::string vs = fmt::format("vs {}", first);
     if (ngls.size() > 1) vs += " ngl " + first_ngl;
-    fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>9} |\n",
-               "model", "size", "params", "device", "ngl", "threads", "test", "t/s", vs);
+    const int w = std::max<int>(9, int(vs.size()));
+    fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>{}} |\n",
+               "model", "size", "params", "device", "ngl", "threads", "test", "t/s", vs, w);
     fmt::print(
-        "| {:-<28} | {:->10} | {:->9} | {:-<12} | {:->4} | {:->7} | {:->7} | {:->20} | {:->9} |\n",
-        "", "", "", "", "", "", "", "", "");
+        "| {:-<28} | {:->10} | {:->9} | {:-<12} | {:->4} | {:->7} | {:->7} | {:->20} | {:->{}} |\n",
+        "", "", "", "", "", "", "", "", "", w);
     for (const auto& r : results)
-      fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>9} |\n",
+      fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>{}} |\n",
                  mname, size_text(p.weight_bytes), params_text(p.n_params), r.device, r.ngl,
                  r.threads, r.test, fmt::format("{:.2f} ± {:.2f}", r.mean_tps(), r.stddev_tps()),
-                 fmt::format("{:.2f}x", ratio(r)));
+                 fmt::format("{:.2f}x", ratio(r)), w);
     return 0;
   };
 }
