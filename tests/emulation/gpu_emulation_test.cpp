@@ -128,9 +128,11 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
                 prompt.size() + steps.size(), what.c_str(), err / scale);
     EXPECT_LT(err / scale, 1e-3) << what;
   };
-  // The whole model on the emulated GPU, then split: its last 2 of 5 layers there, the rest
-  // (and the output) on the CPU, with the activations copied across at each boundary.
-  for (int ngl : {-1, 2}) compare(logits("cuda:0", ngl), fmt::format("-ngl {}", ngl));
+  // Split at every layer boundary: the last N of 5 layers on the emulated GPU, the rest (and
+  // the output) on the CPU, with the activations copied across at each boundary; 6 and -1:
+  // everything on the GPU.
+  for (int ngl : {0, 1, 2, 3, 4, 5, 6, -1})
+    compare(logits("cuda:0", ngl), fmt::format("-ngl {}", ngl));
   // Two GPUs, --tensor-split 3,2: the input and layers 0-2 on cuda:0, layers 3-4 and the output
   // on cuda:1; then -ngl 4 (layers 1-4) over both and the CPU.
   std::string plan;
