@@ -61,6 +61,11 @@ class Buffer {
   virtual void* address() { return host_ptr(); }
   virtual void write(size_t offset, const void* src, size_t n) = 0;
   virtual void read(size_t offset, void* dst, size_t n) const = 0;
+  // Enqueues a copy from host memory on the owning device's stream: after the work queued
+  // before it, before the work execute() queues after it. src may be reused as soon as it
+  // returns; the bytes are in place after the device's next synchronize(). The default copies
+  // at once (write()).
+  virtual void write_async(size_t offset, const void* src, size_t n) { write(offset, src, n); }
 };
 
 struct DeviceOptions {
@@ -103,7 +108,7 @@ inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
 // against these structs, so one built for another layout is refused rather than called. Raise
 // the number whenever a type in this header changes.
-inline constexpr int kBackendAbiVersion = 2;
+inline constexpr int kBackendAbiVersion = 3;
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

@@ -367,8 +367,9 @@ void Scheduler::transfer(const Transfer& t) {
       std::memcpy(t.to->data, t.from->data, n);
       return;
     }
+    // On the destination's stream, not waited for: its kernels queue behind the copy.
     auto [b, off] = locate(d, t.to->data, n);
-    b->write(off, t.from->data, n);
+    b->write_async(off, t.from->data, n);
     return;
   }
   auto [from, from_off] = locate(e, t.from->data, n);
@@ -382,7 +383,7 @@ void Scheduler::transfer(const Transfer& t) {
   std::vector<uint8_t> staged(n);
   from->read(from_off, staged.data(), n);
   auto [b, off] = locate(d, t.to->data, n);
-  b->write(off, staged.data(), n);
+  b->write_async(off, staged.data(), n);
 }
 
 void Scheduler::run(Graph& graph, const std::vector<Tensor*>& outputs) {

@@ -45,7 +45,8 @@ class Scheduler {
   size_t arena_bytes() const;
   // The bytes copied between devices in the last run.
   size_t transfer_bytes() const { return transfer_bytes_; }
-  // The time the last run spent on those copies (after the source device's queue drained).
+  // The host time the last run spent on those copies (after the source device's queue drained;
+  // a copy queued on the destination's stream counts as queued).
   double transfer_seconds() const { return transfer_seconds_; }
 
  private:

@@ -58,6 +58,19 @@ void GpuBuffer::write(size_t offset, const void* src, size_t n) {
   dev_.check(cudaStreamSynchronize(dev_.stream()), "copy to the device");
 }
 
+void GpuBuffer::write_async(size_t offset, const void* src, size_t n) {
+#if defined(POLYSTACK_HIP)
+  write(offset, src, n);
+#else
+  if (offset + n > size_)
+    throw BackendError(fmt::format("{}: write past a buffer", dev_.info().id));
+  dev_.activate();
+  dev_.check(cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, src, n, cudaMemcpyHostToDevice,
+                             dev_.stream()),
+             "copy to the device");
+#endif
+}
+
 void GpuBuffer::read(size_t offset, void* dst, size_t n) const {
   if (offset + n > size_) throw BackendError(fmt::format("{}: read past a buffer", dev_.info().id));
   dev_.activate();

@@ -30,6 +30,9 @@ class GpuBuffer final : public Buffer {
   // Ordered with the kernels queued on the device's stream; returns when the copy is done.
   void write(size_t offset, const void* src, size_t n) override;
   void read(size_t offset, void* dst, size_t n) const override;
+  // cudaMemcpyAsync on the stream, not waited for: from pageable memory CUDA stages the bytes
+  // before it returns, so src may be reused. HIP gives no such promise: there it waits.
+  void write_async(size_t offset, const void* src, size_t n) override;
 
  private:
   GpuDevice& dev_;

@@ -96,6 +96,16 @@ void VulkanBuffer::write(size_t offset, const void* src, size_t n) {
     dev_.staged_copy(*this, offset, const_cast<void*>(src), n, true);
 }
 
+void VulkanBuffer::write_async(size_t offset, const void* src, size_t n) {
+  if (offset > size_ || n > size_ - offset)
+    throw BackendError(fmt::format("{}: write of {} bytes at {} past a {}-byte buffer",
+                                   dev_.info().id, n, offset, size_));
+  if (mapped_ && !dev_.recording())
+    std::memcpy(static_cast<char*>(mapped_) + offset, src, n);
+  else
+    dev_.record_upload(*this, offset, src, n);
+}
+
 void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
   if (offset > size_ || n > size_ - offset)
     throw BackendError(fmt::format("{}: read of {} bytes at {} past a {}-byte buffer",
@@ -316,6 +326,31 @@ void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_
   if (!to_device) staging.read(0, host, n);
 }
 
+void VulkanDevice::record_upload(VulkanBuffer& b, size_t offset, const void* host, size_t n) {
+  begin_if_needed();
+  auto& staging = pending_uploads_.emplace_back(std::make_unique<VulkanBuffer>(*this, n, true));
+  staging->write(0, host, n);
+  // After the shaders recorded before it (which may read or write the bytes), before the ones
+  // recorded after it.
+  VkMemoryBarrier before{};
+  before.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  before.dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, nullptr, 0, nullptr);
+  VkBufferCopy region{};
+  region.dstOffset = offset;
+  region.size = n;
+  fn_.vkCmdCopyBuffer(cmd_, staging->handle(), b.handle(), 1, &region);
+  VkMemoryBarrier after{};
+  after.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &after, 0, nullptr, 0,
+                           nullptr);
+}
+
 void VulkanDevice::submit_and_wait() {
   check(fn_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   VkSubmitInfo si{};
@@ -400,6 +435,7 @@ void VulkanDevice::synchronize() {
   if (!recording_) return;
   recording_ = false;
   submit_and_wait();
+  pending_uploads_.clear();
   check(fn_.vkResetDescriptorPool(device_, descriptors_, 0), "vkResetDescriptorPool");
   sets_left_ = kSetsPerPool;
 }

@@ -32,6 +32,9 @@ class VulkanBuffer final : public Buffer {
   void* address() override { return reinterpret_cast<void*>(base_); }
   void write(size_t offset, const void* src, size_t n) override;
   void read(size_t offset, void* dst, size_t n) const override;
+  // Mapped memory with nothing recorded: a memcpy. Otherwise a copy from a staging buffer
+  // recorded into the device's command buffer, with barriers against the work around it.
+  void write_async(size_t offset, const void* src, size_t n) override;
 
   VkBuffer handle() const { return buffer_; }
   // The VkBuffer's size: the bytes asked for, rounded up to whole 16-byte units.
@@ -84,6 +87,9 @@ class VulkanDevice final : public Device {
   void unregister_buffer(VulkanBuffer* b);
   // Copies between a host-visible staging buffer and b, waiting for the copy.
   void staged_copy(VulkanBuffer& b, size_t offset, void* host, size_t n, bool to_device);
+  // The recorded upload of write_async; its staging buffer lives until synchronize().
+  void record_upload(VulkanBuffer& b, size_t offset, const void* host, size_t n);
+  bool recording() const { return recording_; }
 
  private:
   struct Binding {
@@ -147,7 +153,8 @@ class VulkanDevice final : public Device {
   // op, so tests see it run elsewhere and named in the placement report.
   std::string refused_op_;
   std::unordered_map<std::string, VkPipeline> pipelines_;
-  std::map<uintptr_t, VulkanBuffer*> buffers_;  // by base address
+  std::map<uintptr_t, VulkanBuffer*> buffers_;                  // by base address
+  std::vector<std::unique_ptr<VulkanBuffer>> pending_uploads_;  // record_upload's staging
   std::unique_ptr<VulkanBuffer> scratch_;
   Tensor scratch_tensor_;
 };
