@@ -66,6 +66,8 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   if (opts.n_ctx < 0) throw UsageError(fmt::format("context size {} is negative", opts.n_ctx));
   if (opts.n_batch <= 0)
     throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
+  if (opts.n_seq <= 0 || opts.n_seq > 1024)
+    throw UsageError(fmt::format("{} sequences: 1 to 1024 are possible", opts.n_seq));
   n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
   if (n_ctx_ > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", n_ctx_));
   n_batch_ = opts.n_batch;
@@ -113,7 +115,7 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   // The plan: which device runs each layer, from -ngl and the free memory of each device.
   uint64_t compute = 0;
   const std::vector<UnitCost> units =
-      model_unit_costs(*model_, n_ctx_, n_batch_, *devices_.back(), compute);
+      model_unit_costs(*model_, n_ctx_, n_batch_, *devices_.back(), compute, opts.n_seq);
   std::vector<PlacementDevice> pdevs;
   for (const auto& d : devices_) pdevs.push_back(placement_device(d->info()));
   LayerRequest req;
@@ -128,20 +130,24 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
 
   // Each layer's KV cache on the device that runs the layer. Sliding-window layers keep a ring
   // of their window plus one batch (kv_slots).
-  for (int64_t l = 0; l < p.n_layer; ++l) {
-    Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
-    const size_t layer_bytes =
-        size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
-    k_cache_.push_back(dev.alloc(layer_bytes));
-    v_cache_.push_back(dev.alloc(layer_bytes));
-  }
+  n_past_.assign(size_t(opts.n_seq), 0);
+  k_cache_.resize(size_t(opts.n_seq));
+  v_cache_.resize(size_t(opts.n_seq));
+  for (int s = 0; s < opts.n_seq; ++s)
+    for (int64_t l = 0; l < p.n_layer; ++l) {
+      Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
+      const size_t layer_bytes =
+          size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
+      k_cache_[size_t(s)].push_back(dev.alloc(layer_bytes));
+      v_cache_[size_t(s)].push_back(dev.alloc(layer_bytes));
+    }
   // Weights reach a device with its own memory now rather than with the first token (devices
   // that read host memory use them where they are); placing the graph also finds the ops that
   // run elsewhere than their layer's device.
   const int32_t first = 0;
   Graph g;
   std::vector<int32_t> pos;
-  build(g, std::span<const int32_t>(&first, 1), pos, false, 0);
+  build(g, 0, std::span<const int32_t>(&first, 1), pos, false, 0);
   scheduler_->upload_constants(g);
   plan_.fallbacks = scheduler_->report().fallbacks;
 }
@@ -156,18 +162,39 @@ Session::~Session() = default;
 
 size_t Session::kv_cache_bytes() const {
   size_t n = 0;
-  for (const auto& b : k_cache_) n += b->size();
-  for (const auto& b : v_cache_) n += b->size();
+  for (const auto& seq : k_cache_)
+    for (const auto& b : seq) n += b->size();
+  for (const auto& seq : v_cache_)
+    for (const auto& b : seq) n += b->size();
   return n;
 }
 
-std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+bool Session::rewind(int seq, int n) {
+  const ModelParams& p = model_->model->params();
+  int& past = n_past_.at(size_t(seq));
+  if (n < 0 || n > past) return false;
+  // A ring of `slots` holds positions [past - slots, past); position n attends back to
+  // n - window + 1.
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    const int64_t slots = kv_slots(p, l, n_ctx_, n_batch_);
+    if (slots >= n_ctx_) continue;
+    const int64_t window = p.layer_window.empty() ? 0 : p.layer_window[size_t(l)];
+    if (n > 0 && n - window + 1 < past - slots) return false;
+  }
+  past = n;
+  return true;
+}
+
+std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits, int seq) {
   if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
-  if (n_past_ + int64_t(tokens.size()) > n_ctx_)
+  if (seq < 0 || seq >= n_seq())
+    throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", seq, n_seq()));
+  const int n_past = n_past_[size_t(seq)];
+  if (n_past + int64_t(tokens.size()) > n_ctx_)
     throw UsageError(
         fmt::format("{} tokens do not fit in the context: {} of {} positions are "
                     "used (raise -c)",
-                    tokens.size(), n_past_, n_ctx_));
+                    tokens.size(), n_past, n_ctx_));
   const int64_t n_vocab = model_->model->params().n_vocab;
   for (int32_t t : tokens)
     if (t < 0 || t >= n_vocab)
@@ -179,10 +206,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
     const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
     const bool last = i + n == tokens.size();
     if (all_logits || last)
-      forward(tokens.subspan(i, n), all_logits, out);
+      forward(seq, tokens.subspan(i, n), all_logits, out);
     else {
       std::vector<float> discard;
-      forward(tokens.subspan(i, n), false, discard);
+      forward(seq, tokens.subspan(i, n), false, discard);
     }
   }
   return out;
@@ -221,7 +248,7 @@ Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> t
 }  // namespace
 
 std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
-                                       uint64_t& compute) {
+                                       uint64_t& compute, int n_seq) {
   const ModelParams& p = m.model->params();
   const int T = std::min(n_batch, n_ctx);
   const std::vector<int32_t> tokens(size_t(T), 0);
@@ -244,8 +271,8 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
       if (u == 0 && read[size_t(n_units - 1)].count(w)) units[0].shared_with_output += w->n_bytes();
     }
   for (int64_t l = 0; l < p.n_layer; ++l)
-    units[size_t(l + 1)].kv =
-        uint64_t(p.head_dim * p.n_head_kv) * 2 * 2 * uint64_t(kv_slots(p, l, n_ctx, n_batch));
+    units[size_t(l + 1)].kv = uint64_t(n_seq) * uint64_t(p.head_dim * p.n_head_kv) * 2 * 2 *
+                              uint64_t(kv_slots(p, l, n_ctx, n_batch));
   // The compute buffer: the peak of the intermediate tensors of a prompt batch at the end of
   // the context, as the scheduler would plan it (the same on every device).
   Scheduler probe({&cpu}, false);
@@ -253,22 +280,23 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
   return units;
 }
 
-Tensor* Session::build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
-                       bool all_logits, int n_past) const {
-  return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_, k_cache_,
-                       v_cache_);
+Tensor* Session::build(Graph& g, int seq, std::span<const int32_t> tokens,
+                       std::vector<int32_t>& pos, bool all_logits, int n_past) const {
+  return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_,
+                       k_cache_[size_t(seq)], v_cache_[size_t(seq)]);
 }
 
-void Session::forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out) {
+void Session::forward(int seq, std::span<const int32_t> tokens, bool all_logits,
+                      std::vector<float>& out) {
   Graph g;
   std::vector<int32_t> pos;
-  Tensor* logits = build(g, tokens, pos, all_logits, n_past_);
+  Tensor* logits = build(g, seq, tokens, pos, all_logits, n_past_[size_t(seq)]);
   scheduler_->run(g, {logits});
   const size_t n = size_t(logits->n_elements());
   const size_t at = out.size();
   out.resize(at + n);
   scheduler_->read(*logits, out.data() + at);
-  n_past_ += int64_t(tokens.size());
+  n_past_[size_t(seq)] += int(tokens.size());
 }
 
 }  // namespace ps

@@ -48,6 +48,9 @@ struct SessionOptions {
   bool split_layers = false;
   std::vector<double> tensor_split;
   int main_gpu = -1;
+  // Sequences (a server's slots): each its own KV cache of n_ctx positions and its own
+  // position, over the one copy of the weights.
+  int n_seq = 1;
 };
 
 // The options for choosing a model's device: the session's flags and the model's weight types
@@ -58,7 +61,7 @@ ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptio
 // and prompt batches of n_batch, and (compute) the intermediate tensors a device needs to run
 // a batch at the end of the context, measured by planning the graph on the CPU device.
 std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
-                                       uint64_t& compute);
+                                       uint64_t& compute, int n_seq = 1);
 
 // A device as the placement plan sees it: its free memory (else its total), capped by
 // POLYSTACK_DEVICE_MEMORY.
@@ -69,12 +72,16 @@ class Session {
   Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts);
   ~Session();
 
-  // Feeds tokens after what the context already holds. Returns the logits of the last token,
-  // or of every token when all_logits (n_tokens x n_vocab). UsageError when the context would
-  // overflow.
-  std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false);
-  void reset() { n_past_ = 0; }
-  int n_past() const { return n_past_; }
+  // Feeds tokens to sequence `seq` after what its context already holds. Returns the logits of
+  // the last token, or of every token when all_logits (n_tokens x n_vocab). UsageError when
+  // the context would overflow.
+  std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false, int seq = 0);
+  void reset(int seq = 0) { n_past_.at(size_t(seq)) = 0; }
+  int n_past(int seq = 0) const { return n_past_.at(size_t(seq)); }
+  // Forgets sequence seq's positions from n on, keeping [0, n): false (and nothing changed)
+  // when a sliding-window layer's ring no longer holds what position n would attend to.
+  bool rewind(int seq, int n);
+  int n_seq() const { return int(n_past_.size()); }
   int n_ctx() const { return n_ctx_; }
   // The main device: the chosen GPU (or the CPU), which prints as "running on".
   const Device& device() const { return *device_; }
@@ -93,10 +100,11 @@ class Session {
   size_t kv_cache_bytes() const;
 
  private:
-  void forward(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
-  // The forward graph for `tokens` at the next positions (written to pos, which the graph
-  // reads), returning the logits node.
-  Tensor* build(Graph& g, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
+  void forward(int seq, std::span<const int32_t> tokens, bool all_logits,
+               std::vector<float>& out);
+  // The forward graph for `tokens` of sequence seq at positions n_past.. (written to pos,
+  // which the graph reads), returning the logits node.
+  Tensor* build(Graph& g, int seq, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
                 bool all_logits, int n_past) const;
 
   std::shared_ptr<const LoadedModel> model_;
@@ -105,10 +113,11 @@ class Session {
   ChosenDevice choice_;
   PlacementPlan plan_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
+  // Per sequence, per layer.
+  std::vector<std::vector<std::unique_ptr<Buffer>>> k_cache_, v_cache_;
   int n_ctx_ = 0;
   int n_batch_ = 512;
-  int n_past_ = 0;
+  std::vector<int> n_past_;  // per sequence
 };
 
 }  // namespace ps
