@@ -15,6 +15,7 @@ Action add_bench(CLI::App& app);
 Action add_logits(CLI::App& app);
 Action add_quantize(CLI::App& app);
 Action add_doctor(CLI::App& app);
+Action add_serve(CLI::App& app);
 
 // Reads a whole file's bytes exactly; UsageError naming the file on failure.
 std::string read_file_bytes(const std::string& path);

@@ -54,13 +54,14 @@ int main(int argc, char** argv) {
   actions["logits"] = ps::cli::add_logits(app);
   actions["quantize"] = ps::cli::add_quantize(app);
   actions["doctor"] = ps::cli::add_doctor(app);
+  actions["serve"] = ps::cli::add_serve(app);
   // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg), which CLI11 does not
   // take: their long forms here.
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args)
-    for (const auto& [s, l] :
-         {std::pair{"-ngl", "--n-gpu-layers"}, std::pair{"-sm", "--split-mode"},
-          std::pair{"-ts", "--tensor-split"}, std::pair{"-mg", "--main-gpu"}}) {
+    for (const auto& [s, l] : {std::pair{"-ngl", "--n-gpu-layers"},
+                               std::pair{"-sm", "--split-mode"}, std::pair{"-ts", "--tensor-split"},
+                               std::pair{"-mg", "--main-gpu"}, std::pair{"-np", "--parallel"}}) {
       const std::string short_form = s;
       if (a == short_form) a = l;
       if (a.starts_with(short_form + "=")) a = l + a.substr(short_form.size());

@@ -82,6 +82,7 @@ class Session {
   // when a sliding-window layer's ring no longer holds what position n would attend to.
   bool rewind(int seq, int n);
   int n_seq() const { return int(n_past_.size()); }
+  int n_batch() const { return n_batch_; }
   int n_ctx() const { return n_ctx_; }
   // The main device: the chosen GPU (or the CPU), which prints as "running on".
   const Device& device() const { return *device_; }
@@ -100,8 +101,7 @@ class Session {
   size_t kv_cache_bytes() const;
 
  private:
-  void forward(int seq, std::span<const int32_t> tokens, bool all_logits,
-               std::vector<float>& out);
+  void forward(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
   // The forward graph for `tokens` of sequence seq at positions n_past.. (written to pos,
   // which the graph reads), returning the logits node.
   Tensor* build(Graph& g, int seq, std::span<const int32_t> tokens, std::vector<int32_t>& pos,

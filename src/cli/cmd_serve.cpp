@@ -1,0 +1,53 @@
+// `polystack serve`: the OpenAI-compatible server (server/http_server.h).
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/http_server.h"
+
+namespace ps::cli {
+
+Action add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  struct Opts {
+    ModelFlags mf;
+    server::ServerOptions so;
+    std::string api_key_file;
+  };
+  auto o = std::make_shared<Opts>();
+  add_model_flags(cmd, o->mf, false);
+  cmd->add_option("--host", o->so.host, "Address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", o->so.port, "Port to listen on (default 8080)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--parallel", o->so.n_slots,
+                  "Slots: requests served at once, each with a context of -c tokens (-np)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--queue", o->so.max_queue,
+                  "Requests that may wait for a slot beyond the free ones (then 503)")
+      ->check(CLI::Range(0, 4096));
+  auto* key = cmd->add_option("--api-key", o->so.api_key,
+                              "Require 'Authorization: Bearer KEY' (not for /health)");
+  auto* key_file =
+      cmd->add_option("--api-key-file", o->api_key_file, "Read the API key from a file");
+  key->excludes(key_file);
+  cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
+  cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
+  cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
+  return [o] {
+    if (!o->api_key_file.empty()) {
+      std::string k = read_file_bytes(o->api_key_file);
+      while (!k.empty() && (k.back() == '\n' || k.back() == '\r' || k.back() == ' ')) k.pop_back();
+      if (k.empty())
+        throw UsageError(fmt::format("{}: the API key file is empty", o->api_key_file));
+      o->so.api_key = k;
+    }
+    const ModelChoice choice = resolve_model_path(o->mf);
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
+    check_device_flag(o->mf);
+    o->so.session = o->mf.session;
+    o->so.on_loaded = [](const Session& s) { print_device_choice(s); };
+    return server::serve(choice.path, o->so);
+  };
+}
+
+}  // namespace ps::cli

@@ -1,0 +1,34 @@
+#pragma once
+// `polystack serve`: the OpenAI-compatible HTTP API over the engine (server/engine.h), with
+// cpp-httplib for HTTP and nlohmann-json for JSON. Routes: GET /health, GET /v1/models,
+// POST /v1/completions, POST /v1/chat/completions (both streaming as server-sent events),
+// POST /tokenize, POST /detokenize, GET /metrics. Client errors are 4xx with an OpenAI error
+// object, never a 500, and never stop the server.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/session.h"
+
+namespace ps::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int n_slots = 4;       // -np
+  int max_queue = 64;    // requests waiting for a slot beyond the free ones (--queue)
+  std::string api_key;   // empty: none asked for
+  std::string alias;     // the model id; empty: the file name
+  bool metrics = false;  // GET /metrics served (else 501)
+  bool verbose = false;  // log prompt text
+  SessionOptions session;
+  // Called once the model is on its devices, before the server listens (the CLI prints the
+  // device choice).
+  std::function<void(const Session&)> on_loaded;
+};
+
+// Loads the model, listens, serves until SIGINT or SIGTERM; returns the exit code. Prints
+// "polystack: listening on http://HOST:PORT" on stderr once it accepts requests.
+int serve(const std::string& model_path, const ServerOptions& opts);
+
+}  // namespace ps::server
