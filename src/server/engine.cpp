@@ -150,16 +150,21 @@ void Engine::start(Slot& s, Waiting w) {
   s.sampler = std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab());
   s.text = std::make_unique<TextStream>(s.req.stop);
   s.generated = 0;
-  s.logits.clear();
   // The prompt cache: keep the common prefix (all but the last prompt token at most, whose
   // logits are needed), where the slot's ring caches still hold it.
   const auto& p = s.req.prompt;
   size_t common = 0;
   while (common < s.cached.size() && common < p.size() && s.cached[common] == p[common]) ++common;
-  common = std::min(common, p.size() - 1);
-  if (!session_->rewind(s.seq, int(common))) {
-    common = 0;
-    session_->reset(s.seq);
+  if (common == p.size() && s.prompt_logits_at == p.size() &&
+      session_->rewind(s.seq, int(common))) {
+    s.logits = s.prompt_logits;
+  } else {
+    common = std::min(common, p.size() - 1);
+    if (!session_->rewind(s.seq, int(common))) {
+      common = 0;
+      session_->reset(s.seq);
+    }
+    if (common < s.prompt_logits_at) s.prompt_logits_at = 0;
   }
   s.cached.resize(common);
   s.prompt_done = common;
@@ -198,6 +203,10 @@ void Engine::step(Slot& s) {
     s.logits = session_->eval(chunk, false, s.seq);
     s.cached.insert(s.cached.end(), chunk.begin(), chunk.end());
     s.prompt_done += n;
+    if (s.prompt_done == prompt.size()) {
+      s.prompt_logits = s.logits;
+      s.prompt_logits_at = s.cached.size();
+    }
     std::lock_guard<std::mutex> lock(m_);
     stats_.prompt_tokens += n;
     stats_.busy_seconds +=

@@ -98,6 +98,11 @@ class Engine {
     int seq = 0;
     bool busy = false;
     std::vector<int32_t> cached;  // the tokens whose KV the slot's cache holds, in order
+    // The logits after the last prompt's final token, valid for cached[0, prompt_logits_at):
+    // a prompt repeated exactly starts from them, so its answer does not depend on the cache
+    // (evaluating only its last token again would round differently from the whole batch).
+    std::vector<float> prompt_logits;
+    size_t prompt_logits_at = 0;
     // The request in the slot.
     CompletionRequest req;
     std::shared_ptr<Stream> stream;

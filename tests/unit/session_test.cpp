@@ -1,5 +1,6 @@
 // The session's context and KV cache on a real model (stories260K from ../shared): a context
-// filled exactly, and a prompt fed in uneven pieces against one evaluation of the whole.
+// filled exactly, a prompt fed in uneven pieces against one evaluation of the whole, and
+// several sequences of one session kept apart.
 #include "engine/session.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +96,70 @@ TEST(Session, UnevenPiecesMatchOneEvaluation) {
     EXPECT_LT(worst / scale, 1e-4) << "batch " << n_batch << ": position "
                                    << worst_at / size_t(n_vocab) << " differs by " << worst;
   }
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::fabs(double(a[i])));
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return worst / scale;
+}
+
+// Sequences of one session keep their own caches and positions: interleaved steps of two
+// sequences give each the logits a session of its own gives, and a rewound sequence continues
+// as if the forgotten tokens had never been fed.
+TEST(Session, SequencesAreIndependent) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  SessionOptions o = on_cpu(32);
+  o.n_seq = 3;
+  Session s(model, o);
+  EXPECT_EQ(s.n_seq(), 3);
+  const std::vector<int32_t> a(kIds.begin(), kIds.begin() + 9);
+  const std::vector<int32_t> b(kIds.begin() + 5, kIds.begin() + 17);
+  Session alone_a(model, on_cpu(32)), alone_b(model, on_cpu(32));
+  std::vector<float> want_a, want_b, got_a, got_b;
+  // a and b fed in steps of 3 and 4, alternating, on sequences 2 and 0.
+  for (size_t i = 0, j = 0; i < a.size() || j < b.size();) {
+    if (i < a.size()) {
+      const size_t n = std::min<size_t>(3, a.size() - i);
+      std::span<const int32_t> piece(a.data() + i, n);
+      const auto x = s.eval(piece, true, 2), y = alone_a.eval(piece, true);
+      got_a.insert(got_a.end(), x.begin(), x.end());
+      want_a.insert(want_a.end(), y.begin(), y.end());
+      i += n;
+    }
+    if (j < b.size()) {
+      const size_t n = std::min<size_t>(4, b.size() - j);
+      std::span<const int32_t> piece(b.data() + j, n);
+      const auto x = s.eval(piece, true, 0), y = alone_b.eval(piece, true);
+      got_b.insert(got_b.end(), x.begin(), x.end());
+      want_b.insert(want_b.end(), y.begin(), y.end());
+      j += n;
+    }
+  }
+  EXPECT_EQ(s.n_past(2), int(a.size()));
+  EXPECT_EQ(s.n_past(0), int(b.size()));
+  EXPECT_EQ(s.n_past(1), 0);
+  EXPECT_LT(max_rel_diff(got_a, want_a), 1e-5);
+  EXPECT_LT(max_rel_diff(got_b, want_b), 1e-5);
+  // Rewind sequence 0 to 5 tokens of b, then feed a's tail: as a fresh session fed b[0:5] + it.
+  ASSERT_TRUE(s.rewind(0, 5));
+  EXPECT_EQ(s.n_past(0), 5);
+  const std::vector<int32_t> tail(a.begin() + 2, a.end());
+  const std::vector<float> got = s.eval(tail, true, 0);
+  Session fresh(model, on_cpu(32));
+  fresh.eval(std::span<const int32_t>(b.data(), 5));
+  const std::vector<float> want = fresh.eval(tail, true);
+  EXPECT_LT(max_rel_diff(got, want), 1e-5);
+  EXPECT_FALSE(s.rewind(0, 100));  // beyond what it holds
+  EXPECT_FALSE(s.rewind(0, -1));
+  EXPECT_THROW(s.eval(tail, false, 3), UsageError);
+  SessionOptions bad = on_cpu(32);
+  bad.n_seq = 0;
+  EXPECT_THROW(Session(model, bad), UsageError);
 }
 
 }  // namespace

