@@ -130,17 +130,29 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
 
   // Each layer's KV cache on the device that runs the layer. Sliding-window layers keep a ring
   // of their window plus one batch (kv_slots).
+  // One buffer per layer holds a plane per sequence.
   n_past_.assign(size_t(opts.n_seq), 0);
-  k_cache_.resize(size_t(opts.n_seq));
-  v_cache_.resize(size_t(opts.n_seq));
-  for (int s = 0; s < opts.n_seq; ++s)
-    for (int64_t l = 0; l < p.n_layer; ++l) {
-      Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
-      const size_t layer_bytes =
-          size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
-      k_cache_[size_t(s)].push_back(dev.alloc(layer_bytes));
-      v_cache_[size_t(s)].push_back(dev.alloc(layer_bytes));
-    }
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
+    const size_t plane =
+        size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
+    k_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
+    v_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
+  }
+  // Tokens of several sequences go through one forward pass where every device that runs a
+  // layer has attention over per-token positions; elsewhere one pass per sequence.
+  batched_ = true;
+  {
+    Graph probe;
+    const int64_t slots = kv_slots(p, 0, n_ctx_, n_batch_);
+    Tensor* q = probe.leaf("q", DType::F32, {p.head_dim, p.n_head, 1, 1});
+    Tensor* kc = probe.leaf("k", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
+    Tensor* vc = probe.leaf("v", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
+    Tensor* info = probe.leaf("info", DType::I32, {2, 1, 1, 1});
+    Tensor* att = probe.attention_tokens(q, kc, vc, info, 1.0f);
+    for (size_t d = 0; d < devices.size(); ++d)
+      if (plan_.need[d] > 0 && !devices[d]->supports(*att)) batched_ = false;
+  }
   // Weights reach a device with its own memory now rather than with the first token (devices
   // that read host memory use them where they are); placing the graph also finds the ops that
   // run elsewhere than their layer's device.
@@ -162,10 +174,8 @@ Session::~Session() = default;
 
 size_t Session::kv_cache_bytes() const {
   size_t n = 0;
-  for (const auto& seq : k_cache_)
-    for (const auto& b : seq) n += b->size();
-  for (const auto& seq : v_cache_)
-    for (const auto& b : seq) n += b->size();
+  for (const auto& b : k_cache_) n += b->size();
+  for (const auto& b : v_cache_) n += b->size();
   return n;
 }
 
@@ -217,30 +227,63 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
 
 namespace {
 
-// The forward graph of `tokens` at positions n_past.. (written to pos, which the graph reads),
-// over the caches k and v (nullptr data when absent: a graph to measure, not to run).
+// Where the forward graph's caches are: per layer one buffer of n_planes planes (empty: none,
+// a graph to measure, not to run), and the plane the graph sees (-1: all of them).
+struct CacheView {
+  const std::vector<std::unique_ptr<Buffer>>* k = nullptr;
+  const std::vector<std::unique_ptr<Buffer>>* v = nullptr;
+  int n_planes = 1;
+  int plane = 0;
+};
+
+// The forward graph of `tokens` at positions n_past.. (written to pos, which the graph reads).
+// With `runs`, the tokens are several sequences' (ForwardInputs::seqs) and `info` and `rows`
+// receive the per-token positions and planes and the rows whose logits come out.
 Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> tokens,
                       std::vector<int32_t>& pos, bool all_logits, int n_past, int n_ctx,
-                      int n_batch, const std::vector<std::unique_ptr<Buffer>>& k,
-                      const std::vector<std::unique_ptr<Buffer>>& v) {
+                      int n_batch, const CacheView& cache,
+                      const std::vector<ForwardInputs::SeqRun>& runs = {},
+                      std::vector<int32_t>* info = nullptr, std::vector<int32_t>* rows = nullptr) {
   const ModelParams& p = m.model->params();
   const int32_t T = int32_t(tokens.size());
   pos.resize(tokens.size());
-  for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past + i;
   ForwardInputs in;
+  if (runs.empty()) {
+    for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past + i;
+  } else {
+    info->assign(size_t(2 * T), 0);
+    rows->clear();
+    for (const auto& r : runs) {
+      for (int32_t i = 0; i < r.n_tokens; ++i) {
+        const size_t t = size_t(r.first_token + i);
+        pos[t] = r.n_past + i;
+        (*info)[2 * t] = r.n_past + i;
+        (*info)[2 * t + 1] = r.plane;
+      }
+      rows->push_back(r.first_token + r.n_tokens - 1);
+    }
+    in.seqs = runs;
+    in.token_info = g.leaf("token_info", DType::I32, {2, T, 1, 1}, info->data());
+    in.out_rows = g.leaf("out_rows", DType::I32, {int64_t(rows->size()), 1, 1, 1}, rows->data());
+  }
   in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, const_cast<int32_t*>(tokens.data()));
   in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, pos.data());
   in.n_past = n_past;
   in.n_tokens = T;
   in.all_logits = all_logits;
+  const int64_t planes = cache.plane < 0 ? cache.n_planes : 1;
   for (int64_t l = 0; l < p.n_layer; ++l) {
     const int64_t slots = kv_slots(p, l, n_ctx, n_batch);
+    const size_t plane_bytes = size_t(p.head_dim * p.n_head_kv) * 2 * size_t(slots);
+    const auto at = [&](const std::vector<std::unique_ptr<Buffer>>* b) -> void* {
+      if (!b) return nullptr;
+      return static_cast<char*>((*b)[size_t(l)]->address()) +
+             size_t(std::max(cache.plane, 0)) * plane_bytes;
+    };
     in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, slots, 1},
-                                k.empty() ? nullptr : k[size_t(l)]->address()));
+                                {p.head_dim, p.n_head_kv, slots, planes}, at(cache.k)));
     in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, slots, 1},
-                                v.empty() ? nullptr : v[size_t(l)]->address()));
+                                {p.head_dim, p.n_head_kv, slots, planes}, at(cache.v)));
   }
   return m.model->build_graph(g, in);
 }
@@ -254,7 +297,7 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
   const std::vector<int32_t> tokens(size_t(T), 0);
   Graph g;
   std::vector<int32_t> pos;
-  Tensor* logits = build_forward(m, g, tokens, pos, false, n_ctx - T, n_ctx, n_batch, {}, {});
+  Tensor* logits = build_forward(m, g, tokens, pos, false, n_ctx - T, n_ctx, n_batch, {});
   const int n_units = int(p.n_layer) + 2;
   std::vector<UnitCost> units(static_cast<size_t>(n_units));
   // Each weight counts for every unit whose nodes read it (a view for the tensor it views).
@@ -283,7 +326,57 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
 Tensor* Session::build(Graph& g, int seq, std::span<const int32_t> tokens,
                        std::vector<int32_t>& pos, bool all_logits, int n_past) const {
   return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_,
-                       k_cache_[size_t(seq)], v_cache_[size_t(seq)]);
+                       {&k_cache_, &v_cache_, n_seq(), seq});
+}
+
+std::vector<std::vector<float>> Session::eval_batch(std::span<const SeqTokens> runs) {
+  if (runs.empty()) return {};
+  const int64_t n_vocab = model_->model->params().n_vocab;
+  std::vector<bool> seen(size_t(n_seq()), false);
+  size_t total = 0;
+  for (const SeqTokens& r : runs) {
+    if (r.seq < 0 || r.seq >= n_seq())
+      throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", r.seq, n_seq()));
+    if (seen[size_t(r.seq)])
+      throw UsageError(fmt::format("sequence {} appears twice in one batch", r.seq));
+    seen[size_t(r.seq)] = true;
+    if (r.tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
+    if (n_past_[size_t(r.seq)] + int64_t(r.tokens.size()) > n_ctx_)
+      throw UsageError(
+          fmt::format("{} tokens do not fit in sequence {}'s context: {} of {} "
+                      "positions are used",
+                      r.tokens.size(), r.seq, n_past_[size_t(r.seq)], n_ctx_));
+    for (int32_t t : r.tokens)
+      if (t < 0 || t >= n_vocab)
+        throw UsageError(
+            fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+    total += r.tokens.size();
+  }
+  std::vector<std::vector<float>> out;
+  if (!batched_ || runs.size() == 1 || total > size_t(n_batch_)) {
+    for (const SeqTokens& r : runs) out.push_back(eval(r.tokens, false, r.seq));
+    return out;
+  }
+  std::vector<int32_t> tokens;
+  std::vector<ForwardInputs::SeqRun> seqs;
+  for (const SeqTokens& r : runs) {
+    seqs.push_back(
+        {int32_t(tokens.size()), int32_t(r.tokens.size()), n_past_[size_t(r.seq)], r.seq});
+    tokens.insert(tokens.end(), r.tokens.begin(), r.tokens.end());
+  }
+  Graph g;
+  std::vector<int32_t> pos, info, rows;
+  Tensor* logits = build_forward(*model_, g, tokens, pos, false, 0, n_ctx_, n_batch_,
+                                 {&k_cache_, &v_cache_, n_seq(), -1}, seqs, &info, &rows);
+  scheduler_->run(g, {logits});
+  std::vector<float> all(size_t(logits->n_elements()));
+  scheduler_->read(*logits, all.data());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out.emplace_back(all.begin() + ptrdiff_t(i * size_t(n_vocab)),
+                     all.begin() + ptrdiff_t((i + 1) * size_t(n_vocab)));
+    n_past_[size_t(runs[i].seq)] += int(runs[i].tokens.size());
+  }
+  return out;
 }
 
 void Session::forward(int seq, std::span<const int32_t> tokens, bool all_logits,

@@ -76,6 +76,16 @@ class Session {
   // the last token, or of every token when all_logits (n_tokens x n_vocab). UsageError when
   // the context would overflow.
   std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false, int seq = 0);
+  // Tokens of several sequences (each at most once, n_batch tokens in all) in one forward
+  // pass, so the weights are read once for all of them; returns each run's last logits. One
+  // pass per sequence where a device that runs layers lacks attention over per-token
+  // positions (batched() is false), or when the runs exceed n_batch tokens.
+  struct SeqTokens {
+    int seq;
+    std::span<const int32_t> tokens;
+  };
+  std::vector<std::vector<float>> eval_batch(std::span<const SeqTokens> runs);
+  bool batched() const { return batched_; }
   void reset(int seq = 0) { n_past_.at(size_t(seq)) = 0; }
   int n_past(int seq = 0) const { return n_past_.at(size_t(seq)); }
   // Forgets sequence seq's positions from n on, keeping [0, n): false (and nothing changed)
@@ -113,8 +123,9 @@ class Session {
   ChosenDevice choice_;
   PlacementPlan plan_;
   std::unique_ptr<Scheduler> scheduler_;
-  // Per sequence, per layer.
-  std::vector<std::vector<std::unique_ptr<Buffer>>> k_cache_, v_cache_;
+  // Per layer: a plane of the cache per sequence.
+  std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
+  bool batched_ = false;
   int n_ctx_ = 0;
   int n_batch_ = 512;
   std::vector<int> n_past_;  // per sequence

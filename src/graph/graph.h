@@ -40,6 +40,11 @@ class Graph {
   // least window + n_tokens - 1 slots.
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
                     int32_t window = 0);
+  // The same for tokens of several sequences (graph/ops.h): token_info I32 [2, n_tokens]
+  // holds each token's position and cache plane; the caches [head_dim, n_kv_head, slots,
+  // n_seq] hold a plane per sequence. The cache writes must come earlier in the graph.
+  Tensor* attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
+                           float scale, int32_t window = 0);
 
   // The model layer the nodes created from now on belong to (Tensor::layer).
   void set_layer(int layer) { layer_ = layer; }

@@ -48,6 +48,15 @@ struct ForwardInputs {
   // may have fewer slots than the context (kv_slots), so their cache is a ring.
   std::vector<Tensor*> k_cache, v_cache;
   bool all_logits = false;  // else only the last token's
+  // Several sequences in one pass (empty: one sequence at n_past). Each run of consecutive
+  // tokens has its own start position and cache plane; the caches then hold one plane per
+  // sequence ([head_dim, n_head_kv, slots, n_seq]).
+  struct SeqRun {
+    int32_t first_token, n_tokens, n_past, plane;
+  };
+  std::vector<SeqRun> seqs;
+  Tensor* token_info = nullptr;  // with seqs: I32 [2, n_tokens], (position, plane) per token
+  Tensor* out_rows = nullptr;    // with seqs: I32 [n]: the tokens whose logits are wanted
 };
 
 // The weights of one pre-norm transformer block that llama and its descendants share, under

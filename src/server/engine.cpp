@@ -155,9 +155,12 @@ void Engine::start(Slot& s, Waiting w) {
   const auto& p = s.req.prompt;
   size_t common = 0;
   while (common < s.cached.size() && common < p.size() && s.cached[common] == p[common]) ++common;
+  s.pending = -1;
+  s.ready = false;
   if (common == p.size() && s.prompt_logits_at == p.size() &&
       session_->rewind(s.seq, int(common))) {
     s.logits = s.prompt_logits;
+    s.ready = true;
   } else {
     common = std::min(common, p.size() - 1);
     if (!session_->rewind(s.seq, int(common))) {
@@ -192,27 +195,8 @@ void Engine::release(Slot& s) {
   s.last_used = std::chrono::steady_clock::now();
 }
 
-void Engine::step(Slot& s) {
-  if (s.stream->cancelled()) return release(s);
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto& prompt = s.req.prompt;
-  if (s.prompt_done < prompt.size()) {
-    // One chunk of the prompt per step, so that other slots keep generating meanwhile.
-    const size_t n = std::min(prompt.size() - s.prompt_done, size_t(session_->n_batch()));
-    std::span<const int32_t> chunk(prompt.data() + s.prompt_done, n);
-    s.logits = session_->eval(chunk, false, s.seq);
-    s.cached.insert(s.cached.end(), chunk.begin(), chunk.end());
-    s.prompt_done += n;
-    if (s.prompt_done == prompt.size()) {
-      s.prompt_logits = s.logits;
-      s.prompt_logits_at = s.cached.size();
-    }
-    std::lock_guard<std::mutex> lock(m_);
-    stats_.prompt_tokens += n;
-    stats_.busy_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return;
-  }
+void Engine::sample(Slot& s) {
+  s.ready = false;
   const int32_t id = s.sampler->sample(s.logits);
   s.sampler->accept(id);
   if (tok_->is_eog(id)) return finish(s, "stop");
@@ -222,11 +206,76 @@ void Engine::step(Slot& s) {
   if (s.text->stopped()) return finish(s, "stop");
   if (s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens) return finish(s, "length");
   if (session_->n_past(s.seq) >= session_->n_ctx()) return finish(s, "length");
-  const int32_t one[1] = {id};
-  s.logits = session_->eval(one, false, s.seq);
-  s.cached.push_back(id);
+  s.pending = id;
+}
+
+void Engine::step() {
+  // Slots with logits in hand pick their next token (or finish).
+  for (Slot& s : slots_) {
+    if (!s.busy) continue;
+    if (s.stream->cancelled()) {
+      release(s);
+      continue;
+    }
+    if (s.ready) sample(s);
+  }
+  // One forward pass for all: each generating slot's token, then prompt chunks in slot order
+  // while the batch has room.
+  struct Run {
+    Slot* slot;
+    bool prompt;
+  };
+  std::vector<Session::SeqTokens> runs;
+  std::vector<Run> owners;
+  int budget = session_->n_batch();
+  for (Slot& s : slots_)
+    if (s.busy && s.pending >= 0) {
+      runs.push_back({s.seq, std::span<const int32_t>(&s.pending, 1)});
+      owners.push_back({&s, false});
+      --budget;
+    }
+  for (Slot& s : slots_)
+    if (s.busy && !s.ready && s.pending < 0 && s.prompt_done < s.req.prompt.size() && budget > 0) {
+      const size_t n = std::min(s.req.prompt.size() - s.prompt_done, size_t(budget));
+      runs.push_back({s.seq, std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
+      owners.push_back({&s, true});
+      budget -= int(n);
+    }
+  if (runs.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = session_->eval_batch(runs);
+  } catch (const std::exception& e) {
+    for (const Run& o : owners) {
+      o.slot->stream->push({"", true, "error", e.what()});
+      o.slot->cached.clear();
+      o.slot->prompt_logits_at = 0;
+      session_->reset(o.slot->seq);
+      release(*o.slot);
+    }
+    return;
+  }
+  uint64_t prompt_tokens = 0, generated = 0;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Slot& s = *owners[i].slot;
+    s.cached.insert(s.cached.end(), runs[i].tokens.begin(), runs[i].tokens.end());
+    if (owners[i].prompt) {
+      s.prompt_done += runs[i].tokens.size();
+      prompt_tokens += runs[i].tokens.size();
+      if (s.prompt_done < s.req.prompt.size()) continue;
+      s.prompt_logits = logits[i];
+      s.prompt_logits_at = s.cached.size();
+    } else {
+      s.pending = -1;
+      ++generated;
+    }
+    s.logits = std::move(logits[i]);
+    s.ready = true;
+  }
   std::lock_guard<std::mutex> lock(m_);
-  ++stats_.generated_tokens;
+  stats_.prompt_tokens += prompt_tokens;
+  stats_.generated_tokens += generated;
   stats_.busy_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -262,17 +311,7 @@ void Engine::loop() {
         start(*best, std::move(w));
       }
     }
-    for (Slot& s : slots_) {
-      if (!s.busy) continue;
-      try {
-        step(s);
-      } catch (const std::exception& e) {
-        s.stream->push({"", true, "error", e.what()});
-        s.cached.clear();
-        session_->reset(s.seq);
-        release(s);
-      }
-    }
+    step();
   }
 }
 

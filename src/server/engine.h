@@ -1,10 +1,11 @@
 #pragma once
 // The engine under `polystack serve`: one thread owns the session (the model on its devices,
-// one KV cache per slot) and serves requests from a bounded queue in slots. Each step it
-// advances every busy slot by one forward pass (a chunk of its prompt, or one generated
-// token), so requests are served side by side; HTTP threads hand requests in and read text
-// deltas out through a Stream. A cancelled stream (its client gone) frees its slot within
-// one step. A new request takes the idle slot whose cached tokens share the longest prefix
+// one KV cache plane per slot) and serves requests from a bounded queue in slots. Each step
+// is one forward pass over every busy slot: the next token of each generating slot and
+// chunks of waiting prompts (up to -b tokens in all), so the weights are read once for all of
+// them (one pass per slot where a device lacks batched attention); HTTP threads hand requests in
+// and read text deltas out through a Stream. A cancelled stream (its client gone) frees its slot
+// within one step. A new request takes the idle slot whose cached tokens share the longest prefix
 // with its prompt and evaluates only the rest.
 #include <atomic>
 #include <chrono>
@@ -110,6 +111,8 @@ class Engine {
     std::unique_ptr<TextStream> text;
     size_t prompt_done = 0;  // prompt tokens evaluated
     std::vector<float> logits;
+    bool ready = false;    // logits holds the next token's distribution: sample it
+    int32_t pending = -1;  // a sampled token to evaluate in the next pass
     int generated = 0, cached_tokens = 0;
     std::chrono::steady_clock::time_point last_used;
   };
@@ -119,7 +122,10 @@ class Engine {
   };
   void loop();
   void start(Slot& s, Waiting w);
-  void step(Slot& s);
+  // One forward pass over every busy slot (engine/session.h eval_batch).
+  void step();
+  // Picks the slot's next token from its logits: sent out, or the request finishes.
+  void sample(Slot& s);
   void finish(Slot& s, const std::string& reason);
   // The slot is free again (under the lock: submit() and stats() read it).
   void release(Slot& s);

@@ -5,6 +5,7 @@
 // on the CPU; a sliding window limits each query to its last `window` positions, and position j
 // lives in slot j % slots (ring caches).
 #include "backends/cuda/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::gpu {
 namespace {
@@ -70,8 +71,8 @@ void attention(const Launch& l, const Tensor& node) {
   const Tensor& q = *node.src[0];
   const dim3 grid(unsigned(q.ne[1]), unsigned(q.ne[2]));
   PS_LAUNCH(attention_kernel, grid, kThreads, l.stream, view_of(q), view_of(*node.src[1]),
-            view_of(*node.src[2]), view_of(node), node.iparams[0], node.iparams[2],
-            node.fparams[0]);
+            view_of(*node.src[2]), view_of(node), attention_params(node).n_past,
+            attention_params(node).window, attention_params(node).scale);
   check_launch("attention");
 }
 

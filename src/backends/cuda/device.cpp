@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/weights.cuh"
 #include "core/error.h"
+#include "graph/ops.h"
 
 #if defined(POLYSTACK_CUDA) && !defined(POLYSTACK_GPU_EMULATION)
 #define PS_CUDA_GRAPHS 1
@@ -186,6 +187,9 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Copy:
       return copy_operands_problem(n);
     case OpKind::Attention: {
+      if (attention_token_info(n))
+        return "tokens of several sequences in one op (per-token positions) are not built for "
+               "this backend yet";
       if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
       if (q.ne[0] > kMaxHeadDim) return fmt::format("head size above {}", kMaxHeadDim);

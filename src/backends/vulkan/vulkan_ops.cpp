@@ -8,6 +8,7 @@
 #include "backend/op_checks.h"
 #include "backends/vulkan/vulkan_device.h"
 #include "core/error.h"
+#include "graph/ops.h"
 
 namespace ps::vk {
 namespace {
@@ -168,6 +169,9 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
         return "F16 destinations need 16-bit storage buffers, which this device lacks";
       return copy_operands_problem(n);
     case OpKind::Attention: {
+      if (attention_token_info(n))
+        return "tokens of several sequences in one op (per-token positions) are not built for "
+               "Vulkan yet";
       if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
       if (q.ne[0] > kMaxHeadDim) return "head size above 256";
@@ -335,9 +339,10 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.ne, p.a_nb, *a, sizeof(float));
       shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
       strides(p.d_nb, n, sizeof(float));
-      p.iparam = n.iparams[0];
-      p.fparam0 = n.fparams[0];
-      p.op = uint32_t(n.iparams[2]);
+      const AttentionParams ap = attention_params(n);
+      p.iparam = ap.n_past;
+      p.fparam0 = ap.scale;
+      p.op = uint32_t(ap.window);
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
                {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1);
       return;
