@@ -192,6 +192,36 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       c.tolerance = 1e-4;
     });
   }
+  // Tokens of several sequences in one op (batched decoding): each token's (position, plane),
+  // sequences of different lengths, planes out of order, a window, a ring, and positions past
+  // one chunk of the GPU kernel.
+  struct TokensCase {
+    const char* what;
+    int64_t hd, n_head, n_kv, slots, planes;
+    std::vector<int32_t> info;  // (position, plane) per token
+    int32_t window;
+  };
+  const TokensCase tokens_cases[] = {
+      {"3 sequences, mixed lengths", 40, 4, 2, 64, 3, {0, 1, 9, 0, 10, 0, 11, 0, 30, 2}, 0},
+      {"one sequence twice the others' plane", 16, 6, 3, 40, 4, {5, 3, 6, 3, 2, 0, 39, 1}, 0},
+      {"window 5", 40, 4, 2, 64, 2, {20, 1, 3, 0, 21, 1}, 5},
+      {"window 4 in a ring of 9 slots", 40, 4, 2, 9, 2, {22, 1, 23, 1, 8, 0}, 4},
+      {"700 positions", 32, 2, 1, 800, 2, {698, 1, 10, 0}, 0},
+  };
+  for (const TokensCase& a : tokens_cases) {
+    builders.emplace_back(
+        fmt::format("attention over tokens: {}", a.what), [a](Case& c, std::mt19937& rng) {
+          const int64_t T = int64_t(a.info.size() / 2);
+          Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, T, 1}, rng);
+          Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
+          Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
+          Tensor* info = c.int_leaf("info", a.info);
+          info->ne = {2, T, 1, 1};
+          info->set_contiguous_strides();
+          c.out = c.graph.attention_tokens(q, k, v, info, 0.3f, a.window);
+          c.tolerance = 1e-4;
+        });
+  }
   std::vector<std::unique_ptr<Case>> cases;
   std::mt19937 rng(4242);
   for (auto& [name, build] : builders) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "backend/registry.h"
+#include "core/error.h"
 #include "core/fp16.h"
 #include "graph/graph.h"
 #include "scheduler/scheduler.h"
@@ -290,6 +291,65 @@ TEST_P(CpuOps, AttentionOverARingCacheMatchesTheFullCache) {
   const std::vector<float> full = run(k, v, n_full), ring = run(kr, vr, slots);
   ASSERT_EQ(full.size(), ring.size());
   for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], ring[i]) << "at " << i;
+}
+
+// Tokens of several sequences in one op: each token at its own position in its own cache
+// plane (per-token data, graph/ops.h), against a double-precision reference; positions out of
+// order, planes repeated and skipped, windows that cut the history.
+TEST_P(CpuOps, AttentionOverPerTokenPositionsAndPlanes) {
+  Runner r(GetParam());
+  const int64_t hd = 24, n_head = 6, n_kv = 3, slots = 19, planes = 3, T = 5;
+  const int32_t info[2 * T] = {7, 2, 0, 0, 12, 2, 18, 1, 3, 0};  // (position, plane) per token
+  auto q = random_floats(size_t(hd * n_head * T), 31);
+  auto kf = random_floats(size_t(hd * n_kv * slots * planes), 32);
+  auto vf = random_floats(size_t(hd * n_kv * slots * planes), 33);
+  std::vector<uint16_t> k(kf.size()), v(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+  std::vector<int32_t> info_v(info, info + 2 * T);
+  for (int32_t window : {0, 4}) {
+    Graph g;
+    Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+    Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, planes}, k.data());
+    Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, planes}, v.data());
+    Tensor* it = g.leaf("info", DType::I32, {2, T, 1, 1}, info_v.data());
+    const float scale = 0.25f;
+    auto got = r.run(g, g.attention_tokens(qt, kt, vt, it, scale, window));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t kvh = h / (n_head / n_kv), end = info[2 * t] + 1, pl = info[2 * t + 1];
+        const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+        const auto at = [&](int64_t j, int64_t i) {
+          return size_t(((pl * slots + j % slots) * n_kv + kvh) * hd + i);
+        };
+        std::vector<double> sc(static_cast<size_t>(end), 0.0);
+        double mx = -1e30;
+        for (int64_t j = first; j < end; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += double(q[size_t((t * n_head + h) * hd + i)]) * fp16_to_f32(k[at(j, i)]);
+          sc[size_t(j)] = d * scale;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = first; j < end; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
+        for (int64_t i = 0; i < hd; ++i) {
+          double ref = 0;
+          for (int64_t j = first; j < end; ++j)
+            ref += sc[size_t(j)] / sum * fp16_to_f32(v[at(j, i)]);
+          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
+              << "window " << window << " token " << t << " head " << h;
+        }
+      }
+  }
+  // A plane beyond the cache is an error, not a read past it.
+  std::vector<int32_t> bad = info_v;
+  bad[3] = 3;
+  Graph g;
+  Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+  Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, planes}, k.data());
+  Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, planes}, v.data());
+  Tensor* it = g.leaf("info", DType::I32, {2, T, 1, 1}, bad.data());
+  EXPECT_THROW(r.run(g, g.attention_tokens(qt, kt, vt, it, 0.25f)), BackendError);
 }
 
 TEST_P(CpuOps, CopyConvertsIntoAStridedView) {

@@ -3,7 +3,8 @@
 // the block keeps a running maximum and sum (online softmax), and each thread accumulates the
 // weighted V values of its own output dimensions. Grouped-query heads map onto cache heads as
 // on the CPU; a sliding window limits each query to its last `window` positions, and position j
-// lives in slot j % slots (ring caches).
+// lives in slot j % slots (ring caches). With per-token data (graph/ops.h), each token's
+// position and cache plane come from it, so tokens of several sequences share one launch.
 #include "backends/cuda/kernels.h"
 #include "graph/ops.h"
 
@@ -13,8 +14,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kDimsPerThread = int(kMaxHeadDim / kThreads);
 
-__global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, int window,
-                                 float scale) {
+__global__ void attention_kernel(View q, View kc, View vc, View d, const int32_t* info, int n_past,
+                                 int window, float scale) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float p[kThreads];
   __shared__ float scratch[kThreads / 32 + 1];
@@ -24,7 +25,8 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, i
   const float* qr = reinterpret_cast<const float*>(row_at(q, h, t, 0));
   for (int64_t i = tid; i < hd; i += kThreads) qs[i] = qr[i];
   __syncthreads();
-  const int64_t end = n_past + t + 1;
+  const int64_t plane = info ? info[2 * t + 1] : 0;
+  const int64_t end = (info ? int64_t(info[2 * t]) : int64_t(n_past) + t) + 1;
   const int64_t first = window > 0 ? imax<int64_t>(0, end - window) : 0;
   float acc[kDimsPerThread];
   for (int i = 0; i < kDimsPerThread; ++i) acc[i] = 0.0f;
@@ -33,7 +35,7 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, i
     const int64_t j = c0 + tid;
     float s = -INFINITY;
     if (j < end) {
-      const __half* kr = reinterpret_cast<const __half*>(row_at(kc, kvh, j % slots, 0));
+      const __half* kr = reinterpret_cast<const __half*>(row_at(kc, kvh, j % slots, plane));
       float dot = 0.0f;
       for (int64_t i = 0; i < hd; ++i) dot += __half2float(kr[i]) * qs[i];
       s = dot * scale;
@@ -52,7 +54,7 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, i
       float a = acc[i] * correction;
       for (int64_t jj = 0; jj < n; ++jj)
         a += p[jj] * __half2float(reinterpret_cast<const __half*>(
-                         row_at(vc, kvh, (c0 + jj) % slots, 0))[dim]);
+                         row_at(vc, kvh, (c0 + jj) % slots, plane))[dim]);
       acc[i] = a;
     }
     __syncthreads();  // p is rewritten by the next chunk
@@ -70,9 +72,12 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, int n_past, i
 void attention(const Launch& l, const Tensor& node) {
   const Tensor& q = *node.src[0];
   const dim3 grid(unsigned(q.ne[1]), unsigned(q.ne[2]));
+  const Tensor* info = attention_token_info(node);
+  const AttentionParams ap = attention_params(node);
   PS_LAUNCH(attention_kernel, grid, kThreads, l.stream, view_of(q), view_of(*node.src[1]),
-            view_of(*node.src[2]), view_of(node), attention_params(node).n_past,
-            attention_params(node).window, attention_params(node).scale);
+            view_of(*node.src[2]), view_of(node),
+            info ? static_cast<const int32_t*>(info->data) : nullptr, ap.n_past, ap.window,
+            ap.scale);
   check_launch("attention");
 }
 

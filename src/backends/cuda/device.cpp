@@ -187,9 +187,8 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Copy:
       return copy_operands_problem(n);
     case OpKind::Attention: {
-      if (attention_token_info(n))
-        return "tokens of several sequences in one op (per-token positions) are not built for "
-               "this backend yet";
+      if (const Tensor* info = attention_token_info(n); info && !info->is_contiguous())
+        return "per-token positions that are not contiguous";
       if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
       if (q.ne[0] > kMaxHeadDim) return fmt::format("head size above {}", kMaxHeadDim);

@@ -63,8 +63,9 @@ struct Params {
   float fparam0, fparam1;
   uint32_t op;
   uint32_t v_off;
+  uint32_t e_off;
 };
-static_assert(sizeof(Params) == 112);
+static_assert(sizeof(Params) == 116);
 
 class VulkanDevice final : public Device {
  public:
@@ -114,10 +115,10 @@ class VulkanDevice final : public Device {
     const Tensor* t;
     size_t unit;
   };
-  // Binds a (binding 0), b (1; a again when null), d (2) and v (3; d again when null), fills
-  // the offsets of p and records the dispatch.
+  // Binds a (binding 0), b (1; a again when null), d (2), v (3; d again when null) and e (4;
+  // d again when null), fills the offsets of p and records the dispatch.
   void dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v, Params p,
-                uint32_t gx, uint32_t gy, uint32_t gz);
+                uint32_t gx, uint32_t gy, uint32_t gz, Operand e = {nullptr, 0});
   void run(Tensor& node);
   // A tensor over a device buffer of at least `bytes` for values one kernel passes to the next
   // within a run (quantized activations); grown as needed, after the work recorded so far.

@@ -169,9 +169,8 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
         return "F16 destinations need 16-bit storage buffers, which this device lacks";
       return copy_operands_problem(n);
     case OpKind::Attention: {
-      if (attention_token_info(n))
-        return "tokens of several sequences in one op (per-token positions) are not built for "
-               "Vulkan yet";
+      if (const Tensor* info = attention_token_info(n); info && !info->is_contiguous())
+        return "per-token positions that are not contiguous";
       if (std::string why = attention_operands_problem(n); !why.empty()) return why;
       const Tensor& q = *n.src[0];
       if (q.ne[0] > kMaxHeadDim) return "head size above 256";
@@ -340,11 +339,14 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
       strides(p.d_nb, n, sizeof(float));
       const AttentionParams ap = attention_params(n);
-      p.iparam = ap.n_past;
+      const Tensor* info = attention_token_info(n);
+      // iparam < 0: each token's position and plane come from binding 4.
+      p.iparam = info ? -1 : ap.n_past;
       p.fparam0 = ap.scale;
       p.op = uint32_t(ap.window);
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
-               {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1);
+               {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1,
+               {info, sizeof(int32_t)});
       return;
     }
     default:

@@ -4,7 +4,9 @@
 // visible positions in chunks whose scores go through shared memory, and a running (online)
 // softmax so no array of n_ctx scores is needed. iparam = n_past, fparam0 = scale, op = the
 // sliding window (0: none). Position j is in cache slot j % b_ne[2] (a sliding layer's ring).
-// Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3.
+// Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3. iparam < 0: binding 4
+// holds each token's (position, cache plane), so tokens of several sequences share the op;
+// the caches then have a plane per sequence (stride b_nb[3]).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -13,6 +15,7 @@ layout(std430, binding = 0) readonly buffer A { float q[]; };
 layout(std430, binding = 1) readonly buffer B { uint kc[]; };
 layout(std430, binding = 2) writeonly buffer D { float d[]; };
 layout(std430, binding = 3) readonly buffer V { uint vc[]; };
+layout(std430, binding = 4) readonly buffer E { int info[]; };
 
 const uint CHUNK = 256;
 const uint MAX_HD = 256;
@@ -31,8 +34,10 @@ void main() {
   const uint hd = p.ne[0], n_head = p.ne[1];
   const uint n_kv_head = p.b_ne[1];
   const uint kvh = h / (n_head / n_kv_head);
+  const bool per_token = p.iparam < 0;
+  const uint plane = per_token ? uint(info[p.e_off + 2 * t + 1]) : 0;
   // Visible cache positions: [first, end).
-  const uint end = uint(p.iparam) + t + 1;
+  const uint end = (per_token ? uint(info[p.e_off + 2 * t]) : uint(p.iparam) + t) + 1;
   const uint first = p.op > 0 && end > p.op ? end - p.op : 0;
   const uint qrow = p.a_off + h * p.a_nb[1] + t * p.a_nb[2];
   for (uint i = tid; i < hd; i += 64) qs[i] = q[qrow + i];
@@ -45,7 +50,8 @@ void main() {
     const uint len = min(CHUNK, end - c);
     float cmax = -1.0 / 0.0;
     for (uint j = tid; j < len; j += 64) {
-      const uint krow = p.b_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2];
+      const uint krow =
+          p.b_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2] + plane * p.b_nb[3];
       float s = 0.0;
       for (uint i = 0; i < hd; ++i) s += qs[i] * half_of(krow + i, false);
       s *= p.fparam0;
@@ -65,7 +71,8 @@ void main() {
     for (uint j = 0; j < len; ++j) {
       const float pj = exp(scores[j] - new_m);
       l += pj;
-      const uint vrow = p.v_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2];
+      const uint vrow =
+          p.v_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2] + plane * p.b_nb[3];
       for (uint k = 0; k < MAX_HD / 64; ++k) {
         const uint i = tid + 64 * k;
         if (i < hd) acc[k] += pj * half_of(vrow + i, true);

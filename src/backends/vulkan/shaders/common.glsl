@@ -18,6 +18,7 @@ layout(push_constant) uniform Params {
   uint op;  // elementwise: which op; attention: the sliding window (0: none); get_rows: rows
             // of the whole table
   uint v_off;  // attention: the V cache's first element
+  uint e_off;  // attention: the per-token (position, plane) pairs' first element (binding 4)
 }
 p;
 
