@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -99,8 +100,13 @@ DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const Cho
   cache.merge(r);
   const std::string not_saved = cache.save(key);
   if (notes) {
+    const auto unsupported =
+        std::count_if(r.cases.begin(), r.cases.end(),
+                      [](const SelfCheckCase& c) { return !c.not_supported.empty(); });
     notes->push_back(fmt::format(
-        "self-check of {}: {} cases in {:.2f} s{}", d.id, r.cases.size(), r.seconds,
+        "self-check of {}: {} cases in {:.2f} s{}{}", d.id, r.cases.size(), r.seconds,
+        unsupported ? fmt::format(" ({} not supported by the device: run on the CPU)", unsupported)
+                    : "",
         r.device_ms > 0 ? fmt::format("; timed matmul {:.3f} ms here, {:.3f} ms on the CPU",
                                       r.device_ms, r.cpu_ms)
                         : ""));

@@ -19,6 +19,9 @@ struct SelfCheckCase {
   bool passed = false;
   double error = 0;  // max |device - cpu| / max |cpu|
   double tolerance = 0;
+  // The device does not support the case's op (its reason): not run, and not a failure, as
+  // the scheduler runs such ops on the CPU (listed as fallbacks; an error with --strict).
+  std::string not_supported;
   // In words, for a failed case: "computed matmul Q4_K decode 2.3e-01 away from the CPU
   // (tolerance 2e-02)".
   std::string failure() const;

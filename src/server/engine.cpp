@@ -184,8 +184,10 @@ void Engine::finish(Slot& s, const std::string& reason) {
   done.prompt_tokens = int(s.req.prompt.size());
   done.completion_tokens = s.generated;
   done.cached_tokens = s.cached_tokens;
-  s.stream->push(std::move(done));
+  // The slot is free before the reader hears that the request is done.
+  const std::shared_ptr<Stream> stream = s.stream;
   release(s);
+  stream->push(std::move(done));
 }
 
 void Engine::release(Slot& s) {
@@ -248,11 +250,12 @@ void Engine::step() {
     logits = session_->eval_batch(runs);
   } catch (const std::exception& e) {
     for (const Run& o : owners) {
-      o.slot->stream->push({"", true, "error", e.what()});
+      const std::shared_ptr<Stream> stream = o.slot->stream;
       o.slot->cached.clear();
       o.slot->prompt_logits_at = 0;
       session_->reset(o.slot->seq);
       release(*o.slot);
+      stream->push({"", true, "error", e.what()});
     }
     return;
   }

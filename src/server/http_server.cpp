@@ -128,8 +128,8 @@ struct Server {
     if (sp.repeat_penalty <= 0) throw invalid("'repeat_penalty' must be positive");
     const int64_t seed = number<int64_t>(b, "seed", -1, -9.2e18, 9.2e18);
     sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
-    int64_t max = number<int64_t>(b, "max_tokens", -1, 0, 1e9);
-    max = number<int64_t>(b, "max_completion_tokens", max, 0, 1e9);
+    int64_t max = number<int64_t>(b, "max_tokens", -1, 1, 1e9);
+    max = number<int64_t>(b, "max_completion_tokens", max, 1, 1e9);
     r.max_tokens = int(max);
     if (b.contains("stop") && !b["stop"].is_null()) {
       const json& s = b["stop"];

@@ -168,6 +168,8 @@ def check_concurrency(client, prompts, n):
         fail(f"16 at once: {len(bad)} answers differ from the prompt's answer alone: {bad[:2]}")
     else:
         print("16 requests at once with -np 4: every answer equals its prompt's alone")
+    # Once alone (the slots may hold other prompts after the rush), then again: from the cache.
+    client.completions.create(model="x", prompt=prompts[0], max_tokens=4, temperature=0)
     c = client.completions.create(model="x", prompt=prompts[0], max_tokens=4, temperature=0)
     cached = c.usage.prompt_tokens_details.cached_tokens if c.usage.prompt_tokens_details else 0
     if cached != c.usage.prompt_tokens:
@@ -186,6 +188,13 @@ def check_faults(srv, prompts):
                  {"prompt": "a", "temperature": "hot"}, 400, "invalid_request_error")
     expect_error(srv, "max_tokens negative", "POST", "/v1/completions",
                  {"prompt": "a", "max_tokens": -5}, 400, "invalid_request_error")
+    expect_error(srv, "max_tokens zero", "POST", "/v1/completions",
+                 {"prompt": "a", "max_tokens": 0}, 400, "invalid_request_error")
+    expect_error(srv, "stop as a number", "POST", "/v1/chat/completions",
+                 {"messages": [{"role": "user", "content": "hi"}], "stop": 3}, 400,
+                 "invalid_request_error")
+    expect_error(srv, "stream as text", "POST", "/v1/completions",
+                 {"prompt": "a", "stream": "yes"}, 400, "invalid_request_error")
     expect_error(srv, "no prompt", "POST", "/v1/completions", {}, 400, "invalid_request_error")
     expect_error(srv, "n=2", "POST", "/v1/completions", {"prompt": "a", "n": 2}, 400,
                  "invalid_request_error")

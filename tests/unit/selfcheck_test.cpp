@@ -132,14 +132,19 @@ TEST_F(SelfCheckCacheTest, KeepsResultsPerDeviceDriverAndVersion) {
   SelfCheckCache c = SelfCheckCache::load(key);
   EXPECT_TRUE(c.cases.empty());
   SelfCheckResult r;
-  r.cases = {{"matmul Q4_K decode", true, 1e-3, 2e-2}, {"rms_norm", false, 0.5, 1e-5}};
+  r.cases = {{"matmul Q4_K decode", true, 1e-3, 2e-2, ""},
+             {"rms_norm", false, 0.5, 1e-5, ""},
+             {"rope neox", true, 0, 1e-5, "no rope here"}};
   r.timed = "matmul Q4_K 4096x4096 decode";
   r.device_ms = 0.5;
   r.cpu_ms = 10;
   c.merge(r);
   ASSERT_EQ(c.save(key), "");
   SelfCheckCache back = SelfCheckCache::load(key);
-  ASSERT_EQ(back.cases.size(), 2u);
+  ASSERT_EQ(back.cases.size(), 3u);
+  ASSERT_NE(back.find("rope neox"), nullptr);
+  EXPECT_EQ(back.find("rope neox")->not_supported, "no rope here");  // kept, and a pass
+  EXPECT_TRUE(back.find("rope neox")->passed);
   ASSERT_NE(back.find("rms_norm"), nullptr);
   EXPECT_FALSE(back.find("rms_norm")->passed);
   EXPECT_DOUBLE_EQ(back.find("rms_norm")->error, 0.5);
@@ -149,11 +154,11 @@ TEST_F(SelfCheckCacheTest, KeepsResultsPerDeviceDriverAndVersion) {
 
   // A later run adds its cases; a rerun of a case replaces it.
   SelfCheckResult more;
-  more.cases = {{"rms_norm", true, 1e-7, 1e-5}, {"get_rows Q6_K", true, 0, 1e-5}};
+  more.cases = {{"rms_norm", true, 1e-7, 1e-5, ""}, {"get_rows Q6_K", true, 0, 1e-5, ""}};
   back.merge(more);
   ASSERT_EQ(back.save(key), "");
   back = SelfCheckCache::load(key);
-  EXPECT_EQ(back.cases.size(), 3u);
+  EXPECT_EQ(back.cases.size(), 4u);
   EXPECT_TRUE(back.find("rms_norm")->passed);
   EXPECT_EQ(back.timed, r.timed);
 

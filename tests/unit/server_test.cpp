@@ -71,6 +71,14 @@ std::shared_ptr<LoadedModel> stories() {
   return LoadedModel::load(path);
 }
 
+SessionOptions on_cpu(int n_ctx) {
+  SessionOptions o;
+  o.device = "cpu";
+  o.n_ctx = n_ctx;
+  o.n_threads = 1;
+  return o;
+}
+
 struct Answer {
   std::string text;
   StreamEvent done;
@@ -104,10 +112,7 @@ TEST(Engine, SlotsServeRequestsSideBySide) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
   const Tokenizer& tok = *model->tokenizer;
-  SessionOptions o;
-  o.device = "cpu";
-  o.n_ctx = 128;
-  o.n_threads = 1;
+  const SessionOptions o = on_cpu(128);
   const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily went"};
   std::vector<std::string> alone;
   {
@@ -145,10 +150,7 @@ TEST(Engine, CancelFreesTheSlotAndTheQueueIsBounded) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
   const Tokenizer& tok = *model->tokenizer;
-  SessionOptions o;
-  o.device = "cpu";
-  o.n_ctx = 2048;
-  o.n_threads = 1;
+  const SessionOptions o = on_cpu(2048);
   Engine e(model, o, 1, 1);
   CompletionRequest endless = greedy(tok, "Once upon a time", -1);
   endless.sampling.temp = 1;  // no end of text expected soon; cancelled below

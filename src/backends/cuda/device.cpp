@@ -49,13 +49,17 @@ GpuBuffer::~GpuBuffer() {
   (void)cudaFree(ptr_);
 }
 
-void GpuBuffer::write(size_t offset, const void* src, size_t n) {
+void GpuBuffer::enqueue_write(size_t offset, const void* src, size_t n) {
   if (offset + n > size_)
     throw BackendError(fmt::format("{}: write past a buffer", dev_.info().id));
   dev_.activate();
   dev_.check(cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, src, n, cudaMemcpyHostToDevice,
                              dev_.stream()),
              "copy to the device");
+}
+
+void GpuBuffer::write(size_t offset, const void* src, size_t n) {
+  enqueue_write(offset, src, n);
   dev_.check(cudaStreamSynchronize(dev_.stream()), "copy to the device");
 }
 
@@ -63,12 +67,7 @@ void GpuBuffer::write_async(size_t offset, const void* src, size_t n) {
 #if defined(POLYSTACK_HIP)
   write(offset, src, n);
 #else
-  if (offset + n > size_)
-    throw BackendError(fmt::format("{}: write past a buffer", dev_.info().id));
-  dev_.activate();
-  dev_.check(cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, src, n, cudaMemcpyHostToDevice,
-                             dev_.stream()),
-             "copy to the device");
+  enqueue_write(offset, src, n);
 #endif
 }
 

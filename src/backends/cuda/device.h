@@ -35,6 +35,7 @@ class GpuBuffer final : public Buffer {
   void write_async(size_t offset, const void* src, size_t n) override;
 
  private:
+  void enqueue_write(size_t offset, const void* src, size_t n);
   GpuDevice& dev_;
   size_t size_;
   void* ptr_ = nullptr;

@@ -333,23 +333,24 @@ void VulkanDevice::record_upload(VulkanBuffer& b, size_t offset, const void* hos
   staging->write(0, host, n);
   // After the shaders recorded before it (which may read or write the bytes), before the ones
   // recorded after it.
-  VkMemoryBarrier before{};
-  before.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  before.dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                           VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, nullptr, 0, nullptr);
+  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+          VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
   VkBufferCopy region{};
   region.dstOffset = offset;
   region.size = n;
   fn_.vkCmdCopyBuffer(cmd_, staging->handle(), b.handle(), 1, &region);
-  VkMemoryBarrier after{};
-  after.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &after, 0, nullptr, 0,
-                           nullptr);
+  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+}
+
+void VulkanDevice::barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access,
+                           VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+  VkMemoryBarrier b{};
+  b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  b.srcAccessMask = src_access;
+  b.dstAccessMask = dst_access;
+  fn_.vkCmdPipelineBarrier(cmd_, src_stage, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
 }
 
 void VulkanDevice::submit_and_wait() {
@@ -487,13 +488,9 @@ void VulkanDevice::dispatch(const std::string& shader, Operand a, Operand b, Ope
                          &p);
   fn_.vkCmdDispatch(cmd_, gx, gy, gz);
   // Every op reads what the ops before it wrote.
-  VkMemoryBarrier barrier{};
-  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  fn_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &barrier, 0, nullptr, 0,
-                           nullptr);
+  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
 }
 
 void VulkanDevice::execute(std::span<Tensor* const> nodes) {

@@ -91,6 +91,9 @@ class VulkanDevice final : public Device {
   // The recorded upload of write_async; its staging buffer lives until synchronize().
   void record_upload(VulkanBuffer& b, size_t offset, const void* host, size_t n);
   bool recording() const { return recording_; }
+  // A memory barrier recorded into the command buffer.
+  void barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access,
+               VkPipelineStageFlags dst_stage, VkAccessFlags dst_access);
 
  private:
   struct Binding {
