@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Aggregate generation throughput of an OpenAI-compatible server at several concurrencies.
 
-For each N in --streams it starts `polystack serve -np N` (or uses --url), sends N streaming
+For each N in --streams it starts `polystack serve -np N`, sends N streaming
 completions at once (different prompts, temperature 0, --max-tokens each), and reports the
 generated tokens per second over the wall time of the round, with the time to first token.
 --ttft-prompt additionally measures the time to first token of a prompt of that many tokens
-while the other N - 1 streams generate. Prints a Markdown table.
+while the other N - 1 streams generate. --llama-server PATH measures llama.cpp's server the same
+way instead (-np N, -c N x --ctx, --threads --threads). Prints a Markdown table.
 
   python3 scripts/bench_server.py --bin build/release/bin/polystack -m model.gguf \\
-      --streams 1,2,4,8 --max-tokens 64
+      --streams 1,2,4,8 --max-tokens 64 --ttft-prompt 512
 """
 import argparse
 import concurrent.futures as cf
@@ -49,10 +50,15 @@ def stream_one(host, port, prompt, max_tokens):
     return first or 0.0, time.monotonic() - t0, tokens
 
 
-def start(binary, model, n, extra):
+def start(args, n):
     port = free_port()
-    p = subprocess.Popen([binary, "serve", "-m", model, "--port", str(port), "-np", str(n)]
-                         + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if args.llama_server:
+        cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", str(n), "-c",
+               str(n * args.ctx), "-t", str(args.threads), "--host", "127.0.0.1"]
+    else:
+        cmd = [args.bin, "serve", "-m", args.model, "--port", str(port), "-np", str(n), "-c",
+               str(args.ctx), "-t", str(args.threads)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     for _ in range(1200):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -60,19 +66,22 @@ def start(binary, model, n, extra):
             if c.getresponse().status == 200:
                 return p, port
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)  # not listening yet, or 503 while loading
     p.kill()
     raise RuntimeError("the server did not come up")
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
+    ap.add_argument("--bin", help="polystack")
+    ap.add_argument("--llama-server", help="measure this llama-server instead")
+    ap.add_argument("--ctx", type=int, default=1024, help="context per stream")
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--streams", default="1,2,4,8")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ttft-prompt", type=int, default=0)
-    ap.add_argument("--serve-args", default="", help="extra flags for serve, e.g. '-t 2 -c 1024'")
     args = ap.parse_args()
     prompts = ["Once upon a time", "The capital of France is", "In the beginning",
                "My favourite food is", "The weather today", "A long time ago",
@@ -80,7 +89,7 @@ def main():
     rows = []
     base = None
     for n in [int(x) for x in args.streams.split(",")]:
-        p, port = start(args.bin, args.model, n, args.serve_args.split())
+        p, port = start(args, n)
         try:
             stream_one("127.0.0.1", port, "Warming up", 4)  # not one of the prompts
             t0 = time.monotonic()
