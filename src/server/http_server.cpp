@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <csignal>
@@ -425,6 +426,12 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   const size_t threads = size_t(opts.n_slots + opts.max_queue + 4);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(size_t(64) << 20);
+  // SO_REUSEADDR (a restart binds while old connections linger) but not cpp-httplib's default
+  // SO_REUSEPORT, with which a second server on the same port would silently share it.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     if (opts.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;

@@ -323,6 +323,22 @@ def main():
         print("all server checks passed" if not problems else f"{len(problems)} problem(s)")
         return 1 if problems else 0
 
+    # A second server on a port in use: one line and a non-zero exit, not a shared port.
+    srv = Server(b, model, ["-np", "1", "-c", "64"])
+    try:
+        try:
+            r = subprocess.run([b, "serve", "-m", model, "--port", str(srv.port)],
+                               capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            r = subprocess.CompletedProcess([], 0, "", "still serving after 60 s")
+        errs = [l for l in r.stderr.splitlines() if l.startswith("polystack: error:")]
+        if r.returncode == 0 or len(errs) != 1 or "cannot listen" not in errs[0]:
+            fail(f"a second server on port {srv.port}: rc={r.returncode} {r.stderr[-300:]}")
+        else:
+            print("a port in use:", errs[0])
+    finally:
+        srv.stop()
+
     # One slot, no queue: a second request while the first generates is a 503.
     srv = Server(b, model, ["-np", "1", "--queue", "0", "-c", "512", "--metrics"])
     try:
