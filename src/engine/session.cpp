@@ -134,8 +134,7 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   n_past_.assign(size_t(opts.n_seq), 0);
   for (int64_t l = 0; l < p.n_layer; ++l) {
     Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
-    const size_t plane =
-        size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, l, n_ctx_, n_batch_));
+    const size_t plane = kv_plane_bytes(p, l, n_ctx_, n_batch_);
     k_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
     v_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
   }
@@ -274,7 +273,7 @@ Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> t
   const int64_t planes = cache.plane < 0 ? cache.n_planes : 1;
   for (int64_t l = 0; l < p.n_layer; ++l) {
     const int64_t slots = kv_slots(p, l, n_ctx, n_batch);
-    const size_t plane_bytes = size_t(p.head_dim * p.n_head_kv) * 2 * size_t(slots);
+    const size_t plane_bytes = kv_plane_bytes(p, l, n_ctx, n_batch);
     const auto at = [&](const std::vector<std::unique_ptr<Buffer>>* b) -> void* {
       if (!b) return nullptr;
       return static_cast<char*>((*b)[size_t(l)]->address()) +
@@ -314,8 +313,8 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
       if (u == 0 && read[size_t(n_units - 1)].count(w)) units[0].shared_with_output += w->n_bytes();
     }
   for (int64_t l = 0; l < p.n_layer; ++l)
-    units[size_t(l + 1)].kv = uint64_t(n_seq) * uint64_t(p.head_dim * p.n_head_kv) * 2 * 2 *
-                              uint64_t(kv_slots(p, l, n_ctx, n_batch));
+    units[size_t(l + 1)].kv =
+        uint64_t(n_seq) * 2 * kv_plane_bytes(p, l, n_ctx, n_batch);  // K and V
   // The compute buffer: the peak of the intermediate tensors of a prompt batch at the end of
   // the context, as the scheduler would plan it (the same on every device).
   Scheduler probe({&cpu}, false);

@@ -291,8 +291,6 @@ std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tens
   }
   std::vector<size_t> peaks;
   for (const OffsetAllocator& a : alloc) peaks.push_back(a.peak());
-  // The copies between devices: each in its own slot for the run.
-  for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] += align_up(t.to->n_bytes());
   return peaks;
 }
 
@@ -300,14 +298,16 @@ std::vector<size_t> Scheduler::measure(Graph& graph, const std::vector<Tensor*>&
   place(graph);
   insert_transfers(graph);
   std::unordered_map<Tensor*, size_t> offset;
-  return plan_offsets(graph, outputs, offset);
+  std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
+  // The copies between devices: each in its own slot for the run.
+  for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] += align_up(t.to->n_bytes());
+  return peaks;
 }
 
 void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
   const auto& nodes = graph.nodes();
   std::unordered_map<Tensor*, size_t> offset;
-  std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
-  for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] -= align_up(t.to->n_bytes());
+  const std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
   std::vector<bool> used(devices_.size(), false);
   for (Tensor* n : nodes) used[size_t(n->device)] = true;
   for (size_t d = 0; d < devices_.size(); ++d) {

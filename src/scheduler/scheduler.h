@@ -66,8 +66,7 @@ class Scheduler {
   void insert_transfers(Graph& graph);
   void copy_in_leaves(Graph& graph);
   void plan_memory(Graph& graph, const std::vector<Tensor*>& outputs);
-  // Offsets of the intermediate tensors in their device's arena; returns each device's peak,
-  // with the transfer slots added.
+  // Offsets of the intermediate tensors in their device's arena; returns each device's peak.
   std::vector<size_t> plan_offsets(Graph& graph, const std::vector<Tensor*>& outputs,
                                    std::unordered_map<Tensor*, size_t>& offset) const;
   void transfer(const Transfer& t);

@@ -21,6 +21,13 @@ size_t utf8_length(unsigned char c) {
   return 1;
 }
 
+// How many leading tokens a and b share.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 }  // namespace
 
 void Stream::push(StreamEvent e) {
@@ -153,8 +160,7 @@ void Engine::start(Slot& s, Waiting w) {
   // The prompt cache: keep the common prefix (all but the last prompt token at most, whose
   // logits are needed), where the slot's ring caches still hold it.
   const auto& p = s.req.prompt;
-  size_t common = 0;
-  while (common < s.cached.size() && common < p.size() && s.cached[common] == p[common]) ++common;
+  size_t common = common_prefix(s.cached, p);
   s.pending = -1;
   s.ready = false;
   if (common == p.size() && s.prompt_logits_at == p.size() &&
@@ -300,8 +306,7 @@ void Engine::loop() {
         const auto& p = waiting_.front().req.prompt;
         for (Slot& s : slots_) {
           if (s.busy) continue;
-          size_t c = 0;
-          while (c < s.cached.size() && c < p.size() && s.cached[c] == p[c]) ++c;
+          const size_t c = common_prefix(s.cached, p);
           if (!best || c > best_common || (c == best_common && s.last_used < best->last_used)) {
             best = &s;
             best_common = c;

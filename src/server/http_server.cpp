@@ -102,7 +102,7 @@ struct Server {
   ChatFormat chat_format = ChatFormat::ChatML;
   std::atomic<bool> ready{false};
   std::atomic<uint64_t> next_id{1};
-  std::mutex stats_m;
+  mutable std::mutex stats_m;
   std::map<int, uint64_t> by_status;
   const Tokenizer& tok() const { return *model->tokenizer; }
 
@@ -348,7 +348,7 @@ struct Server {
     };
     std::string by;
     {
-      std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(stats_m));
+      std::lock_guard<std::mutex> lock(stats_m);
       for (auto [status, n] : by_status)
         by += fmt::format("polystack_requests_total{{status=\"{}\"}} {}\n", status, n);
     }
