@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/kquants.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
 #include "guarded_bytes.h"
@@ -145,14 +146,14 @@ Reference reference(const std::vector<uint8_t>& w, const std::vector<float>& x, 
 // The engine's path: a constant weight through cpu::matmul with a packed-weights cache.
 std::vector<float> packed_matmul(std::vector<uint8_t>& w, std::vector<float>& x, int64_t k,
                                  int64_t n, int64_t m, IsaLevel level, int threads,
-                                 cpu::PackedWeights& cache) {
+                                 cpu::PackedWeights& cache, DType type = DType::Q4_0) {
   ThreadPool pool(threads);
   cpu::Context ctx;
   ctx.pool = &pool;
   ctx.isa = level;
   ctx.packed = &cache;
   Graph g;
-  Tensor* wt = g.leaf("w", DType::Q4_0, {k, n, 1, 1}, w.data());
+  Tensor* wt = g.leaf("w", type, {k, n, 1, 1}, w.data());
   wt->constant = true;
   Tensor* xt = g.leaf("x", DType::F32, {k, m, 1, 1}, x.data());
   Tensor* y = g.matmul(wt, xt);
@@ -206,7 +207,7 @@ TEST_P(PackedLevels, TilesReadNothingPastTheirGroupAndColumns) {
     for (int width = 1; width <= g.cols; ++width) {
       SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));
       std::vector<float> x = random_activations(width, k, rng);
-      const size_t stride = kernel_->act_block_bytes * size_t(k / 32);
+      const size_t stride = kernel_->act_row_bytes(k);
       std::vector<uint8_t> act(stride * size_t(width));
       for (int c = 0; c < width; ++c)
         kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
@@ -225,7 +226,7 @@ TEST_P(PackedLevels, TailDotMatchesTheRowDot) {
   for (int64_t k : {32, 32 * 5, 2048 + 96}) {
     std::vector<uint8_t> w = random_q4_0(1, k, rng);
     std::vector<float> x = random_activations(1, k, rng);
-    std::vector<uint8_t> act(kernel_->act_block_bytes * size_t(k / 32));
+    std::vector<uint8_t> act(kernel_->act_row_bytes(k));
     kernel_->act_from_f32(x.data(), act.data(), k);
     const Reference ref = reference(w, x, k, 1, 1);
     EXPECT_NEAR(kernel_->tail_dot(k, w.data(), act.data()), ref.y[0], 1e-5 * ref.size[0])
@@ -278,6 +279,262 @@ TEST(PackedWeights, PacksOnceAndOnlyConstantMatrices) {
   Tensor* q8 = g.leaf("q8", DType::Q8_0, {64, 8, 1, 1}, w.data());
   q8->constant = true;
   EXPECT_FALSE(cpu::can_pack(*q8));
+}
+
+// ---- k-quants: Q4_Kx16 and Q6_Kx16 ------------------------------------------------------
+
+// Rows of a k-quant type from data whose scale changes every 16 elements over six orders of
+// magnitude, with an offset, so that every sub-block scale and min is exercised.
+std::vector<uint8_t> random_kquant(DType t, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.4f, 1.0f);
+  std::uniform_real_distribution<float> log_scale(-3.0f, 3.0f);
+  std::vector<float> f(size_t(n * k));
+  float scale = 1;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (i % 16 == 0) scale = std::exp(log_scale(rng));
+    f[i] = scale * normal(rng);
+  }
+  const size_t row = row_bytes(t, k);
+  std::vector<uint8_t> w(row * size_t(n));
+  for (int64_t r = 0; r < n; ++r) quantize_row(t, f.data() + r * k, w.data() + row * size_t(r), k);
+  return w;
+}
+
+void levels_of(DType t, const void* block, kquants::KLevels& L) {
+  if (t == DType::Q4_K)
+    kquants::levels(*static_cast<const BlockQ4_K*>(block), L);
+  else
+    kquants::levels(*static_cast<const BlockQ6_K*>(block), L);
+}
+
+// Element e's stored level of row j in a packed super-block, read back by the layout packed.h
+// states (Q4_K: 0..15; Q6_K: 0..63, stored + 32).
+int packed_level(DType t, const void* block, int j, int e) {
+  if (t == DType::Q4_K) {
+    const auto& p = *static_cast<const cpu::BlockQ4_Kx16*>(block);
+    const int pair = e / 64, high = (e % 64) / 32, u = (e % 32) / 4;
+    const uint8_t byte = p.qs[pair][u][j][e % 4];
+    return high ? byte >> 4 : byte & 0x0f;
+  }
+  const auto& p = *static_cast<const cpu::BlockQ6_Kx16*>(block);
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t ql = p.ql[h][k % 2][l / 4][j][l % 4];
+  const uint8_t qh = p.qh[h][l / 4][j][l % 4];
+  return ((k < 2 ? ql : ql >> 4) & 0x0f) | (((qh >> (2 * k)) & 3) << 4);
+}
+
+TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (int64_t n : {16, 37}) {
+      const int64_t k = 2 * QK_K, nb = 2;
+      const std::vector<uint8_t> w = random_kquant(t, n, k, rng);
+      const cpu::PackedLayout layout = cpu::packed_layout(t, k);
+      ASSERT_EQ(layout.rows, cpu::kPackRowsK);
+      std::vector<uint8_t> packed(layout.row_bytes * size_t(n), 0xAA);
+      cpu::pack_rows(t, w.data(), packed.data(), k, n, pool);
+      const size_t wrow = row_bytes(t, k), block = wrow / size_t(nb);
+      const size_t pblock = layout.row_bytes * size_t(layout.rows) / size_t(nb);
+      for (int64_t g = 0; g < n / layout.rows; ++g) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* p =
+              packed.data() + size_t(g) * layout.rows * layout.row_bytes + size_t(b) * pblock;
+          for (int j = 0; j < layout.rows; ++j) {
+            SCOPED_TRACE(std::string(dtype_name(t)) + " group " + std::to_string(g) + " block " +
+                         std::to_string(b) + " row " + std::to_string(j));
+            const uint8_t* src = w.data() + size_t(g * layout.rows + j) * wrow + size_t(b) * block;
+            kquants::KLevels L;
+            levels_of(t, src, L);
+            const int offset = t == DType::Q6_K ? 32 : 0;
+            for (int e = 0; e < QK_K; ++e)
+              ASSERT_EQ(packed_level(t, p, j, e) - offset, L.q[e]) << "element " << e;
+            if (t == DType::Q4_K) {
+              const auto& pk = *reinterpret_cast<const cpu::BlockQ4_Kx16*>(p);
+              const auto& sk = *reinterpret_cast<const BlockQ4_K*>(src);
+              ASSERT_EQ(pk.d[j], sk.d);
+              ASSERT_EQ(pk.dmin[j], sk.dmin);
+              for (int s = 0; s < 8; ++s) {
+                ASSERT_EQ(fp16_to_f32(sk.d) * pk.scales[s][j], L.scale[s]) << "scale " << s;
+                ASSERT_EQ(fp16_to_f32(sk.dmin) * pk.mins[s][j], L.min[s]) << "min " << s;
+              }
+            } else {
+              const auto& pk = *reinterpret_cast<const cpu::BlockQ6_Kx16*>(p);
+              const auto& sk = *reinterpret_cast<const BlockQ6_K*>(src);
+              ASSERT_EQ(pk.d[j], sk.d);
+              for (int s = 0; s < 16; ++s) ASSERT_EQ(pk.scales[s / 2][j][s % 2], sk.scales[s]);
+            }
+          }
+        }
+      }
+      // Rows past the last whole group: GGUF's bytes at their packed offsets.
+      for (int64_t r = n / layout.rows * layout.rows; r < n; ++r)
+        EXPECT_EQ(0, std::memcmp(w.data() + size_t(r) * wrow,
+                                 packed.data() + size_t(r) * layout.row_bytes, wrow))
+            << "row " << r;
+    }
+  }
+}
+
+struct KCase {
+  DType type;
+  IsaLevel level;
+};
+
+class PackedKQuants : public ::testing::TestWithParam<KCase> {
+ protected:
+  void SetUp() override {
+    if (best_isa_level() < GetParam().level) {
+      GTEST_SKIP() << "this CPU does not run the " << isa_level_name(GetParam().level)
+                   << " kernels (best level: " << isa_level_name(best_isa_level()) << ")";
+    }
+    kernel_ = cpu::packed_kernel(GetParam().type, GetParam().level);
+    ASSERT_NE(kernel_, nullptr);
+    std::printf("[ level    ] %s packed %s kernels\n",
+                std::string(isa_level_name(GetParam().level)).c_str(),
+                std::string(dtype_name(GetParam().type)).c_str());
+  }
+  const cpu::PackedKernel* kernel_ = nullptr;
+};
+
+INSTANTIATE_TEST_SUITE_P(Packed, PackedKQuants,
+                         ::testing::Values(KCase{DType::Q4_K, IsaLevel::Avx512},
+                                           KCase{DType::Q6_K, IsaLevel::Avx512}),
+                         [](const auto& info) {
+                           return std::string(dtype_name(info.param.type)) + "_" +
+                                  isa_level_name(info.param.level);
+                         });
+
+// The scalar k-quant row dots over the same Q8_K activations. The kernels sum the same exact
+// integers per super-block, so they differ by float rounding only: within 1e-5 of the sum of
+// |terms|, each term counted as |scale| (|level| + 32) + |min| times |activation| since the
+// stored offset and the mins come off separately.
+Reference kquant_reference(DType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                           int64_t k, int64_t n, int64_t m) {
+  const cpu::DotKernel& dot = *cpu::dot_kernel_kquants(t);
+  const size_t wrow = row_bytes(t, k), arow = row_bytes(DType::Q8_K, k);
+  const size_t block = wrow / size_t(k / QK_K);
+  std::vector<uint8_t> act(arow * size_t(m));
+  Reference ref{std::vector<float>(size_t(n * m)), std::vector<double>(size_t(n * m))};
+  std::vector<float> af(static_cast<size_t>(k));
+  for (int64_t c = 0; c < m; ++c) {
+    dot.act_from_f32(x.data() + c * k, act.data() + arow * size_t(c), k);
+    dequantize_row(DType::Q8_K, act.data() + arow * size_t(c), af.data(), k);
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* row = w.data() + wrow * size_t(r);
+      ref.y[size_t(c * n + r)] = dot.dot(k, row, act.data() + arow * size_t(c));
+      double s = 0;
+      for (int64_t b = 0; b < k / QK_K; ++b) {
+        kquants::KLevels L;
+        levels_of(t, row + size_t(b) * block, L);
+        const int size = QK_K / L.subs;
+        for (int e = 0; e < QK_K; ++e) {
+          const int sub = e / size;
+          s += (std::fabs(double(L.scale[sub])) * (std::abs(L.q[e]) + 32) +
+                std::fabs(double(L.min[sub]))) *
+               std::fabs(af[size_t(b * QK_K + e)]);
+        }
+      }
+      ref.size[size_t(c * n + r)] = s;
+    }
+  }
+  return ref;
+}
+
+TEST_P(PackedKQuants, MatmulMatchesScalarRowDots) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(31 + unsigned(t));
+  for (int64_t k : {int64_t{QK_K}, int64_t{3 * QK_K}, int64_t{17 * QK_K}}) {
+    for (int64_t n : {16, 37, 131}) {
+      std::vector<uint8_t> w = random_kquant(t, n, k, rng);
+      for (int64_t m : {1, 2, 3, 4, 5, 17}) {
+        std::vector<float> x = random_activations(m, k, rng);
+        const Reference ref = kquant_reference(t, w, x, k, n, m);
+        for (int threads : {1, 3}) {
+          SCOPED_TRACE("K=" + std::to_string(k) + " N=" + std::to_string(n) +
+                       " M=" + std::to_string(m) + " threads " + std::to_string(threads));
+          cpu::PackedWeights cache;
+          const std::vector<float> got =
+              packed_matmul(w, x, k, n, m, GetParam().level, threads, cache, t);
+          EXPECT_EQ(cache.bytes(), cpu::packed_layout(t, k).row_bytes * size_t(n));
+          int failures = 0;
+          for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+            const double bound = 1e-5 * ref.size[i];
+            if (!(std::fabs(double(got[i]) - ref.y[i]) <= bound)) {
+              ++failures;
+              ADD_FAILURE() << "row " << i % size_t(n) << " column " << i / size_t(n) << ": packed "
+                            << got[i] << ", row dot " << ref.y[i] << ", bound " << bound;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PackedKQuants, TilesReadNothingPastTheirGroupAndColumns) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(37);
+  ThreadPool pool(1);
+  const cpu::GemmKernel& g = kernel_->gemm;
+  ASSERT_EQ(g.rows, cpu::kPackRowsK);
+  for (int64_t k : {int64_t{QK_K}, int64_t{2 * QK_K}}) {
+    std::vector<uint8_t> w = random_kquant(t, g.rows, k, rng);
+    std::vector<uint8_t> packed(cpu::packed_layout(t, k).row_bytes * size_t(g.rows));
+    cpu::pack_rows(t, w.data(), packed.data(), k, g.rows, pool);
+    GuardedBytes gw(packed.data(), packed.size());
+    for (int width = 1; width <= g.cols; ++width) {
+      SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));
+      std::vector<float> x = random_activations(width, k, rng);
+      const size_t stride = kernel_->act_row_bytes(k);
+      std::vector<uint8_t> act(stride * size_t(width));
+      for (int c = 0; c < width; ++c)
+        kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
+      GuardedBytes ga(act.data(), act.size());
+      std::vector<float> y(size_t(g.rows * width));
+      g.tiles[width - 1](k, gw.data(), 0, ga.data(), stride, y.data(), size_t(g.rows));
+      const Reference ref = kquant_reference(t, w, x, k, g.rows, width);
+      for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref.y[i], 1e-5 * ref.size[i]);
+    }
+  }
+}
+
+TEST_P(PackedKQuants, TailDotMatchesTheRowDot) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(41);
+  for (int64_t k : {int64_t{QK_K}, int64_t{5 * QK_K}}) {
+    std::vector<uint8_t> w = random_kquant(t, 1, k, rng);
+    std::vector<float> x = random_activations(1, k, rng);
+    std::vector<uint8_t> act(kernel_->act_row_bytes(k));
+    kernel_->act_from_f32(x.data(), act.data(), k);
+    const Reference ref = kquant_reference(t, w, x, k, 1, 1);
+    EXPECT_NEAR(kernel_->tail_dot(k, w.data(), act.data()), ref.y[0], 1e-5 * ref.size[0])
+        << "K=" << k;
+  }
+}
+
+// The vectorised Q8_K conversion gives the scalar quantizer's bytes exactly, on blocks with a
+// zero, all zeros, a tie of magnitudes (the first one found sets the sign of d), a NaN and an
+// infinity.
+TEST_P(PackedKQuants, ActivationsAreTheScalarQ8KBytes) {
+  std::mt19937 rng(43);
+  const int64_t k = 7 * QK_K;
+  std::vector<float> x = random_activations(1, k, rng);
+  x[3] = 0;
+  for (int i = QK_K; i < 2 * QK_K; ++i) x[size_t(i)] = 0;
+  for (int i = 2 * QK_K; i < 3 * QK_K; ++i) x[size_t(i)] = 0.5f;
+  x[2 * QK_K + 17] = -9.0f;
+  x[2 * QK_K + 200] = 9.0f;
+  x[3 * QK_K + 40] = std::nanf("");
+  x[4 * QK_K + 41] = INFINITY;
+  x[5 * QK_K + 7] = 1e-30f;
+  std::vector<BlockQ8_K> want(size_t(k / QK_K)), got(size_t(k / QK_K));
+  quantize_row(DType::Q8_K, x.data(), want.data(), k);
+  std::memset(got.data(), 0x5A, got.size() * sizeof(BlockQ8_K));
+  kernel_->act_from_f32(x.data(), got.data(), k);
+  ASSERT_EQ(kernel_->act_row_bytes(k), got.size() * sizeof(BlockQ8_K));
+  for (size_t b = 0; b < want.size(); ++b)
+    EXPECT_EQ(0, std::memcmp(&want[b], &got[b], sizeof(BlockQ8_K))) << "block " << b;
 }
 
 }  // namespace

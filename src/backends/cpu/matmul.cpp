@@ -26,13 +26,13 @@ void matmul_packed(Context& ctx, Tensor& node, const PackedKernel& pk) {
   const Tensor& x = *node.src[1];
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
   const void* packed = ctx.packed->get(w, *ctx.pool);
-  const size_t act_stride = pk.act_block_bytes * size_t(K / QK8_0);
+  const size_t act_stride = pk.act_row_bytes(K);
   char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
   ctx.pool->parallel_for(M, [&](int64_t m, int) {
     pk.act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride, K);
   });
-  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, w.nb[1], act, act_stride,
-       static_cast<float*>(node.data), node.nb[1] / sizeof(float));
+  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, packed_layout(w.type, K).row_bytes, act,
+       act_stride, static_cast<float*>(node.data), node.nb[1] / sizeof(float));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/kquants.h"
 
 namespace ps::cpu {
 namespace {
@@ -23,36 +24,109 @@ void pack_q4_0_group(const BlockQ4_0* rows, BlockQ4_0x8* dst, int64_t nb) {
   }
 }
 
+// Group g of rows into BlockQ4_Kx16 super-blocks (see packed.h).
+void pack_q4_k_group(const BlockQ4_K* rows, BlockQ4_Kx16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ4_Kx16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockQ4_K& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      p.dmin[j] = src.dmin;
+      uint8_t sm[16];
+      kquants::unpack_k4_scales_mins(src.scales, sm);
+      for (int s = 0; s < 8; ++s) {
+        p.scales[s][j] = sm[s];
+        p.mins[s][j] = sm[8 + s];
+      }
+      for (int pair = 0; pair < 4; ++pair)
+        for (int u = 0; u < 8; ++u) std::memcpy(p.qs[pair][u][j], src.qs + 32 * pair + 4 * u, 4);
+    }
+  }
+}
+
+// Group g of rows into BlockQ6_Kx16 super-blocks (see packed.h).
+void pack_q6_k_group(const BlockQ6_K* rows, BlockQ6_Kx16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ6_Kx16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockQ6_K& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      for (int t = 0; t < 8; ++t) {
+        p.scales[t][j][0] = src.scales[2 * t];
+        p.scales[t][j][1] = src.scales[2 * t + 1];
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 8; ++u) {
+          for (int k = 0; k < 2; ++k)
+            std::memcpy(p.ql[h][k][u][j], src.ql + 64 * h + 32 * k + 4 * u, 4);
+          std::memcpy(p.qh[h][u][j], src.qh + 32 * h + 4 * u, 4);
+        }
+    }
+  }
+}
+
 }  // namespace
+
+PackedLayout packed_layout(DType w, int64_t k) {
+  switch (w) {
+    case DType::Q4_0:
+      return {kPackRows, row_bytes(w, k)};
+    case DType::Q4_K:
+      return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::Q6_K:
+      return {kPackRowsK, row_bytes(w, k)};
+    default:
+      return {};
+  }
+}
 
 const PackedKernel* packed_kernel(DType w, IsaLevel isa) {
   const IsaLevel best = best_isa_level();
   const IsaLevel level = isa < best ? isa : best;
-  // The AVX2 kernels serve AVX-512 CPUs too: decode is bound by the weight stream, which
-  // they keep up with.
+  if (level >= IsaLevel::Avx512) {
+    if (const PackedKernel* k = packed_kernel_avx512(w)) return k;
+  }
+  // The AVX2 Q4_0 kernel serves AVX-512 CPUs too: decode is bound by the weight stream, which
+  // it keeps up with.
   if (level >= IsaLevel::Avx2) return packed_kernel_avx2(w);
   return nullptr;
 }
 
 void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, ThreadPool& pool) {
-  if (w != DType::Q4_0)
+  const PackedLayout layout = packed_layout(w, k);
+  if (layout.rows == 0)
     throw BackendError(fmt::format("cpu: no packed layout for {} weights", dtype_name(w)));
-  const int64_t nb = k / QK4_0;
-  const size_t row = size_t(nb) * sizeof(BlockQ4_0);
-  const int64_t groups = n / kPackRows;
-  const auto* s = static_cast<const BlockQ4_0*>(src);
+  const size_t row = row_bytes(w, k);
+  const int64_t groups = n / layout.rows;
+  const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
+  const size_t group_src = row * size_t(layout.rows), group_dst = layout.row_bytes * layout.rows;
   pool.parallel_for(groups, [&](int64_t g, int) {
-    pack_q4_0_group(s + g * kPackRows * nb,
-                    reinterpret_cast<BlockQ4_0x8*>(d + size_t(g) * kPackRows * row), nb);
+    const uint8_t* from = s + size_t(g) * group_src;
+    uint8_t* to = d + size_t(g) * group_dst;
+    if (w == DType::Q4_0)
+      pack_q4_0_group(reinterpret_cast<const BlockQ4_0*>(from), reinterpret_cast<BlockQ4_0x8*>(to),
+                      k / QK4_0);
+    else if (w == DType::Q4_K)
+      pack_q4_k_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
+                      k / QK_K);
+    else
+      pack_q6_k_group(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx16*>(to),
+                      k / QK_K);
   });
-  const size_t tail = size_t(groups) * kPackRows * row;
-  std::memcpy(d + tail, static_cast<const uint8_t*>(src) + tail, size_t(n) * row - tail);
+  // The rows past the last whole group, GGUF's layout at their packed offsets.
+  for (int64_t r = groups * layout.rows; r < n; ++r) {
+    uint8_t* to = d + size_t(r) * layout.row_bytes;
+    std::memcpy(to, s + size_t(r) * row, row);
+    std::memset(to + row, 0, layout.row_bytes - row);
+  }
 }
 
 bool can_pack(const Tensor& w) {
-  return w.constant && w.op == OpKind::None && w.type == DType::Q4_0 && w.is_contiguous() &&
-         w.ne[2] == 1 && w.ne[3] == 1 && w.ne[1] >= kPackRows && w.ne[0] % QK4_0 == 0;
+  const PackedLayout layout = packed_layout(w.type, w.ne[0]);
+  return w.constant && w.op == OpKind::None && layout.rows > 0 && w.is_contiguous() &&
+         w.ne[2] == 1 && w.ne[3] == 1 && w.ne[1] >= layout.rows &&
+         w.ne[0] % block_size(w.type) == 0;
 }
 
 const void* PackedWeights::get(const Tensor& w, ThreadPool& pool) {
@@ -66,7 +140,8 @@ const void* PackedWeights::get(const Tensor& w, ThreadPool& pool) {
           w.name));
     return e.data.data();
   }
-  Entry e{w.type, w.ne[0], w.ne[1], std::vector<uint8_t>(w.n_bytes())};
+  const size_t bytes = packed_layout(w.type, w.ne[0]).row_bytes * size_t(w.ne[1]);
+  Entry e{w.type, w.ne[0], w.ne[1], std::vector<uint8_t>(bytes)};
   pack_rows(w.type, w.data, e.data.data(), w.ne[0], w.ne[1], pool);
   return entries_.emplace(w.data, std::move(e)).first->second.data.data();
 }

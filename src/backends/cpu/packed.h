@@ -1,9 +1,12 @@
 #pragma once
 // Packed weights: constant quantized weights copied once, at first use, into an order that the
-// matrix-vector kernels read with a fraction of the instructions GGUF's row-by-row blocks need.
+// matrix kernels read with a fraction of the instructions GGUF's row-by-row blocks need.
 // Decode streams every weight once per token, so the row dots must keep up with memory; for
 // Q4_0 they cannot on AVX2 (unpacking, the offset of 8, a scale conversion and a horizontal
-// sum for every 32 weights), packed they can.
+// sum for every 32 weights), packed they can. A packed type interleaves groups of rows; its
+// packed copy gives every row `packed_layout(type, k).row_bytes`, so row r starts r of those
+// apart: group g (rows rows g.., whole groups only) starts where its first row does, and the
+// rows past the last whole group keep GGUF's layout at their own offsets.
 //
 // Q4_0x8 packs groups of 8 consecutive rows. Block b of group g (elements 32b..32b+31 of each
 // of the 8 rows) is 144 bytes: the 8 rows' fp16 scales, then four 32-byte vectors, the v-th of
@@ -12,8 +15,22 @@
 // elements 4v..4v+3 of each row and the high nibbles elements 16+4v..16+4v+3: one load holds 4
 // elements of 8 rows, one row per 32-bit lane. Multiplied by the same 4 activations broadcast to
 // every lane, the lanes accumulate 8 row dots at once, with no horizontal sum, and one vector
-// conversion serves 8 scales. A group takes the bytes of its 8 rows, so group g starts where row
-// 8g starts in GGUF; rows past the last whole group keep GGUF's layout at their usual offsets.
+// conversion serves 8 scales. A Q4_0x8 group takes exactly the bytes of its 8 rows.
+//
+// Q4_Kx16 packs groups of 16 rows for 512-bit vectors, one row per 32-bit lane. A super-block
+// of the group (elements 256b..256b+255 of the 16 rows) holds the rows' fp16 d and dmin, their
+// 6-bit scales and mins unpacked to one byte each (sub-block major: 16 rows' scales of sub-block
+// 0, then of 1, ...), then the quants: for each pair of sub-blocks p and each u < 8, bytes
+// 32p + 4u .. 32p + 4u + 3 of every row's qs, row j at 4j. The low nibbles of such a vector are
+// elements 64p + 4u .. + 3 of each row (sub-block 2p), the high ones elements 64p + 32 + 4u ..
+// (sub-block 2p + 1). 2368 bytes for 16 rows' 2304: the unpacked scales and mins cost 2.8 %.
+//
+// Q6_Kx16 packs groups of 16 rows the same way, in exactly their bytes: the fp16 d of the
+// rows, their signed scales by pairs of sub-blocks of 16 (row j's scales 2t and 2t + 1 side by
+// side, so they widen into one int16 pair per lane), then for each half h, each k < 2 and each
+// u < 8 bytes 64h + 32k + 4u .. + 3 of every row's ql (whose low and high nibbles are the low
+// bits of elements 128h + 32k + 4u .. and 128h + 32(k + 2) + 4u ..), then for each half and u
+// bytes 32h + 4u .. + 3 of every row's qh (bits 2k of which complete element 128h + 32k + 4u ..).
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -29,13 +46,40 @@
 
 namespace ps::cpu {
 
-inline constexpr int kPackRows = 8;
+inline constexpr int kPackRows = 8;  // rows of a Q4_0x8 group
 
 struct BlockQ4_0x8 {
   uint16_t d[kPackRows];              // fp16 scales of the group's rows
   uint8_t qs[kPackRows * QK4_0 / 2];  // see above
 };
 static_assert(sizeof(BlockQ4_0x8) == kPackRows * sizeof(BlockQ4_0));
+
+inline constexpr int kPackRowsK = 16;  // rows of a Q4_Kx16 group
+
+struct BlockQ4_Kx16 {
+  uint16_t d[kPackRowsK];  // fp16
+  uint16_t dmin[kPackRowsK];
+  uint8_t scales[8][kPackRowsK];  // [sub-block][row]
+  uint8_t mins[8][kPackRowsK];
+  uint8_t qs[4][8][kPackRowsK][4];  // [sub-block pair][u][row][byte]: see above
+};
+static_assert(sizeof(BlockQ4_Kx16) == 2368);
+
+struct BlockQ6_Kx16 {
+  uint16_t d[kPackRowsK];              // fp16
+  int8_t scales[8][kPackRowsK][2];     // [pair of sub-blocks][row][which]
+  uint8_t ql[2][2][8][kPackRowsK][4];  // [half][k][u][row][byte]: see above
+  uint8_t qh[2][8][kPackRowsK][4];     // [half][u][row][byte]
+};
+static_assert(sizeof(BlockQ6_Kx16) == kPackRowsK * sizeof(BlockQ6_K));
+
+// How a type's packed copy is laid out: rows per group (0: the type has no packed layout) and
+// the bytes each row takes in it.
+struct PackedLayout {
+  int rows = 0;
+  size_t row_bytes = 0;
+};
+PackedLayout packed_layout(DType w, int64_t k);
 
 // Activations for packed weights: Q8_0's values, with d as a float (exactly the fp16 value Q8_0
 // stores) and s = d * sum(qs), so a weight type's offset (8 for Q4_0) costs one multiply-add per
@@ -48,22 +92,27 @@ struct BlockQ8S {
 static_assert(sizeof(BlockQ8S) == 40);
 
 struct PackedKernel {
-  size_t act_block_bytes;  // bytes of activations per 32 elements
+  int64_t act_block;       // elements per activation block
+  size_t act_block_bytes;  // bytes per activation block
   ActFromF32Fn act_from_f32;
   // A row past the last whole group (GGUF layout) against converted activations.
   VecDotFn tail_dot;
-  // Tiles of one group (rows = kPackRows) by C columns over the packed bytes; tiles[0] is the
-  // matrix-vector kernel. Tiles ignore their w_stride argument: a group is contiguous.
+  // Tiles of one group (rows = the layout's rows) by C columns over the packed bytes; tiles[0]
+  // is the matrix-vector kernel. Tiles ignore their w_stride argument: a group is contiguous.
   GemmKernel gemm;
+
+  size_t act_row_bytes(int64_t k) const { return act_block_bytes * size_t(k / act_block); }
 };
 
 // The packed kernel for weight type w at ISA level isa (capped at best_isa_level()), or null
 // when the type has no packed layout or the level no kernel for it.
 const PackedKernel* packed_kernel(DType w, IsaLevel isa);
 const PackedKernel* packed_kernel_avx2(DType w);
+const PackedKernel* packed_kernel_avx512(DType w);
 
-// Packs n rows of k elements of type w (GGUF layout, rows contiguous) into dst, which has the
-// same size. Throws BackendError for a type without a packed layout.
+// Packs n rows of k elements of type w (GGUF layout, rows contiguous) into dst, which holds
+// n * packed_layout(w, k).row_bytes bytes. Throws BackendError for a type without a packed
+// layout.
 void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, ThreadPool& pool);
 
 // True when matmul may use a packed copy of w: its bytes never change (a model weight), it is

@@ -129,7 +129,7 @@ constexpr GemmKernel make_q4_0x8(std::integer_sequence<int, I...>) {
   return GemmKernel{kPackRows, kTileCols, {q4_0x8_tile<I + 1>...}};
 }
 
-constexpr PackedKernel kQ4_0{sizeof(BlockQ8S), act_q8s, tail_dot_q4_0,
+constexpr PackedKernel kQ4_0{QK8_0, sizeof(BlockQ8S), act_q8s, tail_dot_q4_0,
                              make_q4_0x8(std::make_integer_sequence<int, kTileCols>{})};
 
 }  // namespace

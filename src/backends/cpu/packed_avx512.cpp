@@ -1,0 +1,275 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) kernels over packed weights (packed.h).
+//
+// Q4_Kx16: one 64-byte load holds 4 consecutive bytes of each of 16 rows, one row per 32-bit
+// lane; masked and shifted it is 4 elements of one sub-block (low nibbles) and 4 of the next
+// (high nibbles) of every row. vpdpbusd against the matching 4 activations, broadcast from
+// memory to every lane, adds the 16 rows' 4-element dots into int32 lanes. Eight of those make
+// a sub-block's exact dot per row, which one vpmulld by the 16 rows' scales (unpacked at load,
+// so a byte each) turns into its share of the super-block sum. The mins meet Q8_K's per-16
+// activation sums: a lane holding the int16 pair (min, min) times the pair of sums of one
+// sub-block is min x (sum of its 32 activations), one vpdpwssd per sub-block. A super-block
+// ends with two conversions and two FMAs per column: d d_a and dmin d_a for the 16 rows at once.
+// Per 32 weights of 16 rows that is about one instruction, where a row dot spends about 10;
+// decode is left bound by the weight stream, and a tile of C columns shares each unpacked
+// vector among C vpdpbusd.
+//
+// This file is compiled with the AVX-512 flags: it calls no inline function of a header that
+// baseline files include, so no out-of-line copy built with these flags can replace the
+// baseline one at link.
+#include "backends/cpu/packed.h"
+
+#if defined(__x86_64__)
+
+// GCC 12's AVX-512 headers build "undefined" placeholder vectors as `__Y = __Y`, which its
+// uninitialized-use warnings flag once inlined (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+#include <utility>
+
+namespace ps::cpu {
+namespace {
+
+int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Q8_K activations, value for value those of the scalar quantizer (core/kquants.cpp): the
+// first element of the largest magnitude sets d = max / -127, each element is rounded to
+// nearest even (0 when its scaled value is not finite), and bsums are the sums of each 16.
+void act_q8_k(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(dst);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+    // vmaxps returns its second operand when either is NaN: NaN elements never win.
+    __m512 top = _mm512_setzero_ps();
+    for (int i = 0; i < QK_K; i += 16)
+      top = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), top);
+    const float amax = _mm512_reduce_max_ps(top);
+    if (!(amax > 0)) {
+      std::memset(&y[b], 0, sizeof(y[b]));
+      continue;
+    }
+    float max = 0;
+    const __m512 vmax = _mm512_set1_ps(amax);
+    for (int i = 0; i < QK_K; i += 16) {
+      const __mmask16 hit =
+          _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), vmax, _CMP_EQ_OQ);
+      if (hit) {
+        max = x[i + __builtin_ctz(unsigned(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 scale = _mm512_set1_ps(iscale), limit = _mm512_set1_ps(4194304.f);
+    const __m512i top_q = _mm512_set1_epi32(127);
+    for (int j = 0; j < QK_K / 16; ++j) {
+      const __m512 v = _mm512_mul_ps(scale, _mm512_loadu_ps(x + 16 * j));
+      const __mmask16 ok = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, v), limit, _CMP_LT_OQ);
+      const __m512i q = _mm512_min_epi32(
+          _mm512_maskz_cvt_roundps_epi32(ok, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+          top_q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * j), _mm512_cvtsepi32_epi8(q));
+      y[b].bsums[j] = int16_t(_mm512_reduce_add_epi32(q));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
+
+// A GGUF-layout Q4_K row (past the last whole group) against Q8_K activations.
+float tail_dot_q4_k(int64_t n, const void* w, const void* a) {
+  return dot_kernel_kquants_avx2(DType::Q4_K)->dot(n, w, a);
+}
+
+// 16 rows x C columns; y[c * y_stride + j] for row j of the group.
+template <int C>
+void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                  size_t y_stride) {
+  const auto* w = static_cast<const BlockQ4_Kx16*>(wv);
+  const BlockQ8_K* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ4_Kx16& x = w[b];
+    __m512i isum[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
+    for (int p = 0; p < 4; ++p) {
+      // Sub-blocks 2p (low nibbles, activations 64p..) and 2p + 1 (high, 64p + 32..).
+      __m512i lo[C], hi[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) lo[c] = hi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int u = 0; u < 8; ++u) {
+        const __m512i raw = _mm512_loadu_si512(x.qs[p][u]);
+        const __m512i ql = _mm512_and_si512(raw, low4);
+        const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const int8_t* qa = a[c][b].qs + 64 * p + 4 * u;
+          lo[c] = _mm512_dpbusd_epi32(lo[c], ql, _mm512_set1_epi32(load_i32(qa)));
+          hi[c] = _mm512_dpbusd_epi32(hi[c], qh, _mm512_set1_epi32(load_i32(qa + 32)));
+        }
+      }
+      const __m512i s_lo =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[2 * p])));
+      const __m512i s_hi = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[2 * p + 1])));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(lo[c], s_lo),
+                                                             _mm512_mullo_epi32(hi[c], s_hi)));
+    }
+    __m512i msum[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) msum[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i m =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.mins[s])));
+      const __m512i mm = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));  // (min, min)
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        msum[c] =
+            _mm512_dpwssd_epi32(msum[c], mm, _mm512_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.dmin)));
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 da = _mm512_set1_ps(a[c][b].d);
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, da), acc[c]);
+      acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, da), acc[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
+}
+
+float tail_dot_q6_k(int64_t n, const void* w, const void* a) {
+  return dot_kernel_kquants_avx2(DType::Q6_K)->dot(n, w, a);
+}
+
+// 16 rows x C columns of Q6_Kx16. Levels are 6 bits stored + 32: a sub-block's products sum
+// unsigned levels, and 32 x (scales . per-16 activation sums) comes off once per super-block.
+template <int C>
+void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                  size_t y_stride) {
+  const auto* w = static_cast<const BlockQ6_Kx16*>(wv);
+  const BlockQ8_K* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_Kx16& x = w[b];
+    __m512i isum[C], csum[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) isum[c] = csum[c] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        // Sub-blocks 8h + 2kk (u < 4) and + 1 (u >= 4): scale pair t = 4h + kk.
+        const int t = 4 * h + kk;
+        const __m512i pair =
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.scales[t])));
+        const __m512i s_first = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+        const __m512i s_second = _mm512_srai_epi32(pair, 16);
+        __m512i first[C], second[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u) {
+          const __m512i ql = _mm512_loadu_si512(x.ql[h][kk % 2][u]);
+          const __m512i qh = _mm512_loadu_si512(x.qh[h][u]);
+          const __m512i lo = kk < 2 ? ql : _mm512_srli_epi16(ql, 4);
+          const __m512i hb = kk == 0   ? _mm512_slli_epi16(qh, 4)
+                             : kk == 1 ? _mm512_slli_epi16(qh, 2)
+                             : kk == 2 ? qh
+                                       : _mm512_srli_epi16(qh, 2);
+          // (lo & 0x0f) | (hb & 0x30)
+          const __m512i q = _mm512_ternarylogic_epi32(lo, low4, _mm512_and_si512(hb, bits45), 0xEA);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m512i qa = _mm512_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u));
+            if (u < 4)
+              first[c] = _mm512_dpbusd_epi32(first[c], q, qa);
+            else
+              second[c] = _mm512_dpbusd_epi32(second[c], q, qa);
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          isum[c] =
+              _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(first[c], s_first),
+                                                         _mm512_mullo_epi32(second[c], s_second)));
+          csum[c] = _mm512_dpwssd_epi32(csum[c], pair,
+                                        _mm512_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(csum[c], 5));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
+                               _mm512_mul_ps(d, _mm512_set1_ps(a[c][b].d)), acc[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
+}
+
+constexpr int kTileCols = 4;
+
+template <int... I>
+constexpr GemmKernel make_q4_kx16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {q4_kx16_tile<I + 1>...}};
+}
+template <int... I>
+constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {q6_kx16_tile<I + 1>...}};
+}
+
+constexpr PackedKernel kQ4_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_q4_k,
+                             make_q4_kx16(std::make_integer_sequence<int, kTileCols>{})};
+constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_q6_k,
+                             make_q6_kx16(std::make_integer_sequence<int, kTileCols>{})};
+
+}  // namespace
+
+const PackedKernel* packed_kernel_avx512(DType w) {
+  switch (w) {
+    case DType::Q4_K:
+      return &kQ4_K;
+    case DType::Q6_K:
+      return &kQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ps::cpu
+
+#else
+
+namespace ps::cpu {
+const PackedKernel* packed_kernel_avx512(DType) { return nullptr; }
+}  // namespace ps::cpu
+
+#endif
