@@ -34,6 +34,8 @@
 namespace ps::cpu {
 namespace {
 
+constexpr int kPrefetchBlocks = 1;
+
 int32_t load_i32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -82,6 +84,17 @@ void act_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
+// Asks for the bytes of the super-block `ahead` blocks past `block`, one cache line at a time.
+// A decode task streams a few groups of rows and moves on, and the hardware prefetcher starts
+// late on each new stream; this keeps several super-blocks in flight from the first one.
+// Prefetches do not fault, so the last blocks may point past the weights.
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_block(const Block* block, int ahead) {
+  const char* p = reinterpret_cast<const char*>(block + ahead);
+#pragma GCC unroll 64
+  for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 // A GGUF-layout Q4_K row (past the last whole group) against Q8_K activations.
 float tail_dot_q4_k(int64_t n, const void* w, const void* a) {
   return dot_kernel_kquants_avx2(DType::Q4_K)->dot(n, w, a);
@@ -102,6 +115,7 @@ void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ4_Kx16& x = w[b];
+    prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
@@ -178,6 +192,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
+    prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C], csum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = csum[c] = _mm512_setzero_si512();
