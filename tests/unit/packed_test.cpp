@@ -281,7 +281,8 @@ TEST(PackedWeights, PacksOnceAndOnlyConstantMatrices) {
   EXPECT_FALSE(cpu::can_pack(*q8));
 }
 
-// ---- k-quants: Q4_Kx16 and Q6_Kx16 ------------------------------------------------------
+// ---- k-quants: Q4_Kx16, Q5_Kx16 and Q6_Kx16
+// ------------------------------------------------------
 
 // Rows of a k-quant type from data whose scale changes every 16 elements over six orders of
 // magnitude, with an offset, so that every sub-block scale and min is exercised.
@@ -303,18 +304,24 @@ std::vector<uint8_t> random_kquant(DType t, int64_t n, int64_t k, std::mt19937& 
 void levels_of(DType t, const void* block, kquants::KLevels& L) {
   if (t == DType::Q4_K)
     kquants::levels(*static_cast<const BlockQ4_K*>(block), L);
+  else if (t == DType::Q5_K)
+    kquants::levels(*static_cast<const BlockQ5_K*>(block), L);
   else
     kquants::levels(*static_cast<const BlockQ6_K*>(block), L);
 }
 
 // Element e's stored level of row j in a packed super-block, read back by the layout packed.h
-// states (Q4_K: 0..15; Q6_K: 0..63, stored + 32).
+// states (Q4_K: 0..15; Q5_K: 0..31; Q6_K: 0..63, stored + 32).
 int packed_level(DType t, const void* block, int j, int e) {
-  if (t == DType::Q4_K) {
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    // Q5_Kx16 begins with Q4_Kx16's fields.
     const auto& p = *static_cast<const cpu::BlockQ4_Kx16*>(block);
     const int pair = e / 64, high = (e % 64) / 32, u = (e % 32) / 4;
     const uint8_t byte = p.qs[pair][u][j][e % 4];
-    return high ? byte >> 4 : byte & 0x0f;
+    const int nibble = high ? byte >> 4 : byte & 0x0f;
+    if (t == DType::Q4_K) return nibble;
+    const uint8_t bits = static_cast<const cpu::BlockQ5_Kx16*>(block)->qh[u][j][e % 4];
+    return nibble | (((bits >> (2 * pair + high)) & 1) << 4);
   }
   const auto& p = *static_cast<const cpu::BlockQ6_Kx16*>(block);
   const int h = e / 128, k = (e % 128) / 32, l = e % 32;
@@ -326,7 +333,7 @@ int packed_level(DType t, const void* block, int j, int e) {
 TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t n : {16, 37}) {
       const int64_t k = 2 * QK_K, nb = 2;
       const std::vector<uint8_t> w = random_kquant(t, n, k, rng);
@@ -349,7 +356,7 @@ TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
             const int offset = t == DType::Q6_K ? 32 : 0;
             for (int e = 0; e < QK_K; ++e)
               ASSERT_EQ(packed_level(t, p, j, e) - offset, L.q[e]) << "element " << e;
-            if (t == DType::Q4_K) {
+            if (t != DType::Q6_K) {
               const auto& pk = *reinterpret_cast<const cpu::BlockQ4_Kx16*>(p);
               const auto& sk = *reinterpret_cast<const BlockQ4_K*>(src);
               ASSERT_EQ(pk.d[j], sk.d);
@@ -399,6 +406,7 @@ class PackedKQuants : public ::testing::TestWithParam<KCase> {
 
 INSTANTIATE_TEST_SUITE_P(Packed, PackedKQuants,
                          ::testing::Values(KCase{DType::Q4_K, IsaLevel::Avx512},
+                                           KCase{DType::Q5_K, IsaLevel::Avx512},
                                            KCase{DType::Q6_K, IsaLevel::Avx512}),
                          [](const auto& info) {
                            return std::string(dtype_name(info.param.type)) + "_" +

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/kquants.h"
@@ -24,12 +25,15 @@ void pack_q4_0_group(const BlockQ4_0* rows, BlockQ4_0x8* dst, int64_t nb) {
   }
 }
 
-// Group g of rows into BlockQ4_Kx16 super-blocks (see packed.h).
-void pack_q4_k_group(const BlockQ4_K* rows, BlockQ4_Kx16* dst, int64_t nb) {
+// Group g of rows into BlockQ4_Kx16 or BlockQ5_Kx16 super-blocks (see packed.h).
+template <typename Block, typename Packed>
+void pack_k4_group(const Block* rows, Packed* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
-    BlockQ4_Kx16& p = dst[b];
+    Packed& p = dst[b];
     for (int j = 0; j < kPackRowsK; ++j) {
-      const BlockQ4_K& src = rows[j * nb + b];
+      const Block& src = rows[j * nb + b];
+      if constexpr (std::is_same_v<Block, BlockQ5_K>)
+        for (int u = 0; u < 8; ++u) std::memcpy(p.qh[u][j], src.qh + 4 * u, 4);
       p.d[j] = src.d;
       p.dmin[j] = src.dmin;
       uint8_t sm[16];
@@ -73,6 +77,8 @@ PackedLayout packed_layout(DType w, int64_t k) {
       return {kPackRows, row_bytes(w, k)};
     case DType::Q4_K:
       return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::Q5_K:
+      return {kPackRowsK, sizeof(BlockQ5_Kx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q6_K:
       return {kPackRowsK, row_bytes(w, k)};
     default:
@@ -108,8 +114,11 @@ void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, Thread
       pack_q4_0_group(reinterpret_cast<const BlockQ4_0*>(from), reinterpret_cast<BlockQ4_0x8*>(to),
                       k / QK4_0);
     else if (w == DType::Q4_K)
-      pack_q4_k_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
-                      k / QK_K);
+      pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
+                    k / QK_K);
+    else if (w == DType::Q5_K)
+      pack_k4_group(reinterpret_cast<const BlockQ5_K*>(from), reinterpret_cast<BlockQ5_Kx16*>(to),
+                    k / QK_K);
     else
       pack_q6_k_group(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx16*>(to),
                       k / QK_K);

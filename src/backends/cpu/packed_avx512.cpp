@@ -29,6 +29,7 @@
 #pragma GCC diagnostic pop
 
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 namespace ps::cpu {
@@ -95,16 +96,19 @@ inline __attribute__((always_inline)) void prefetch_block(const Block* block, in
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
-// A GGUF-layout Q4_K row (past the last whole group) against Q8_K activations.
-float tail_dot_q4_k(int64_t n, const void* w, const void* a) {
-  return dot_kernel_kquants_avx2(DType::Q4_K)->dot(n, w, a);
+// A GGUF-layout row (past the last whole group) against Q8_K activations.
+template <DType T>
+float tail_dot(int64_t n, const void* w, const void* a) {
+  return dot_kernel_kquants_avx2(T)->dot(n, w, a);
 }
 
-// 16 rows x C columns; y[c * y_stride + j] for row j of the group.
-template <int C>
-void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
-                  size_t y_stride) {
-  const auto* w = static_cast<const BlockQ4_Kx16*>(wv);
+// 16 rows x C columns of Q4_Kx16 or Q5_Kx16; y[c * y_stride + j] for row j of the group.
+// Q5_K's fifth bit adds 16 to the nibbles whose qh bit is set (a byte mask and a masked add).
+template <typename Block, int C>
+void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                size_t y_stride) {
+  constexpr bool five = std::is_same_v<Block, BlockQ5_Kx16>;
+  const auto* w = static_cast<const Block*>(wv);
   const BlockQ8_K* a[C];
   for (int c = 0; c < C; ++c)
     a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
@@ -114,7 +118,7 @@ void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ4_Kx16& x = w[b];
+    const Block& x = w[b];
     prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C];
 #pragma GCC unroll 8
@@ -124,11 +128,19 @@ void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
       __m512i lo[C], hi[C];
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) lo[c] = hi[c] = _mm512_setzero_si512();
+      const __m512i bit_lo = _mm512_set1_epi8(char(1 << (2 * p)));
+      const __m512i bit_hi = _mm512_set1_epi8(char(2 << (2 * p)));
 #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
         const __m512i raw = _mm512_loadu_si512(x.qs[p][u]);
-        const __m512i ql = _mm512_and_si512(raw, low4);
-        const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        __m512i ql = _mm512_and_si512(raw, low4);
+        __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        if constexpr (five) {
+          const __m512i fifth = _mm512_loadu_si512(x.qh[u]);
+          const __m512i sixteen = _mm512_set1_epi8(16);
+          ql = _mm512_mask_add_epi8(ql, _mm512_test_epi8_mask(fifth, bit_lo), ql, sixteen);
+          qh = _mm512_mask_add_epi8(qh, _mm512_test_epi8_mask(fifth, bit_hi), qh, sixteen);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
           const int8_t* qa = a[c][b].qs + 64 * p + 4 * u;
@@ -170,10 +182,6 @@ void q4_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   }
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
-}
-
-float tail_dot_q6_k(int64_t n, const void* w, const void* a) {
-  return dot_kernel_kquants_avx2(DType::Q6_K)->dot(n, w, a);
 }
 
 // 16 rows x C columns of Q6_Kx16. Levels are 6 bits stored + 32: a sub-block's products sum
@@ -252,18 +260,22 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
 
 constexpr int kTileCols = 4;
 
-template <int... I>
-constexpr GemmKernel make_q4_kx16(std::integer_sequence<int, I...>) {
-  return GemmKernel{kPackRowsK, kTileCols, {q4_kx16_tile<I + 1>...}};
+template <typename Block, int... I>
+constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {k4x16_tile<Block, I + 1>...}};
 }
 template <int... I>
 constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
   return GemmKernel{kPackRowsK, kTileCols, {q6_kx16_tile<I + 1>...}};
 }
 
-constexpr PackedKernel kQ4_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_q4_k,
-                             make_q4_kx16(std::make_integer_sequence<int, kTileCols>{})};
-constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_q6_k,
+constexpr PackedKernel kQ4_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q4_K>,
+    make_k4x16<BlockQ4_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+constexpr PackedKernel kQ5_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q5_K>,
+    make_k4x16<BlockQ5_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q6_K>,
                              make_q6_kx16(std::make_integer_sequence<int, kTileCols>{})};
 
 }  // namespace
@@ -272,6 +284,8 @@ const PackedKernel* packed_kernel_avx512(DType w) {
   switch (w) {
     case DType::Q4_K:
       return &kQ4_K;
+    case DType::Q5_K:
+      return &kQ5_K;
     case DType::Q6_K:
       return &kQ6_K;
     default:
