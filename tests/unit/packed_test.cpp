@@ -60,7 +60,7 @@ TEST(PackedLayout, Q4_0GroupsHoldFourElementsOfEachRowPerLane) {
     for (int64_t k : {32, 96}) {
       const std::vector<uint8_t> w = random_q4_0(n, k, rng);
       std::vector<uint8_t> packed(w.size(), 0xAA);
-      cpu::pack_rows(DType::Q4_0, w.data(), packed.data(), k, n, pool);
+      cpu::pack_rows(DType::Q4_0, kPackRows, w.data(), packed.data(), k, n, pool);
       const int64_t nb = k / 32;
       const auto* rows = reinterpret_cast<const BlockQ4_0*>(w.data());
       const auto* groups = reinterpret_cast<const cpu::BlockQ4_0x8*>(packed.data());
@@ -87,10 +87,38 @@ TEST(PackedLayout, Q4_0GroupsHoldFourElementsOfEachRowPerLane) {
   }
 }
 
+TEST(PackedLayout, Q4_0x16GroupsHoldFourElementsOfEachRowPerLane) {
+  std::mt19937 rng(2);
+  ThreadPool pool(2);
+  const int64_t n = 37, k = 64, nb = 2;
+  const std::vector<uint8_t> w = random_q4_0(n, k, rng);
+  std::vector<uint8_t> packed(w.size(), 0xAA);
+  cpu::pack_rows(DType::Q4_0, cpu::kPackRowsK, w.data(), packed.data(), k, n, pool);
+  const auto* rows = reinterpret_cast<const BlockQ4_0*>(w.data());
+  const auto* groups = reinterpret_cast<const cpu::BlockQ4_0x16*>(packed.data());
+  for (int64_t g = 0; g < n / cpu::kPackRowsK; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      const cpu::BlockQ4_0x16& p = groups[g * nb + b];
+      for (int j = 0; j < cpu::kPackRowsK; ++j) {
+        const BlockQ4_0& src = rows[(g * cpu::kPackRowsK + j) * nb + b];
+        ASSERT_EQ(p.d[j], src.d);
+        for (int i = 0; i < 32; ++i) {
+          const uint8_t byte = p.qs[(i % 16) / 4][j][i % 4];
+          ASSERT_EQ(i < 16 ? byte & 0x0f : byte >> 4, nibble_of(src, i))
+              << "group " << g << " block " << b << " row " << j << " element " << i;
+        }
+      }
+    }
+  const size_t tail = size_t(n / cpu::kPackRowsK * cpu::kPackRowsK) * row_bytes(DType::Q4_0, k);
+  EXPECT_EQ(0, std::memcmp(w.data() + tail, packed.data() + tail, w.size() - tail));
+}
+
 TEST(PackedLayout, OtherTypesHaveNone) {
   ThreadPool pool(1);
   uint8_t bytes[8 * 34] = {};
-  EXPECT_THROW(cpu::pack_rows(DType::Q8_0, bytes, bytes, 32, 8, pool), BackendError);
+  EXPECT_THROW(cpu::pack_rows(DType::Q8_0, 8, bytes, bytes, 32, 8, pool), BackendError);
+  EXPECT_THROW(cpu::pack_rows(DType::Q4_K, 8, bytes, bytes, 256, 8, pool), BackendError);
+  EXPECT_EQ(cpu::packed_layout(DType::Q4_0, 12, 32).rows, 0);
 }
 
 class PackedLevels : public ::testing::TestWithParam<IsaLevel> {
@@ -176,7 +204,8 @@ TEST_P(PackedLevels, MatmulMatchesScalarRowDots) {
                        " M=" + std::to_string(m) + " threads " + std::to_string(threads));
           cpu::PackedWeights cache;
           const std::vector<float> got = packed_matmul(w, x, k, n, m, GetParam(), threads, cache);
-          EXPECT_EQ(cache.bytes(), w.size());
+          // Fewer rows than a group stay unpacked.
+          EXPECT_EQ(cache.bytes(), n >= kernel_->gemm.rows ? w.size() : 0);
           int failures = 0;
           for (size_t i = 0; i < got.size() && failures < 5; ++i) {
             const double bound = 1e-5 * ref.size[i];
@@ -198,11 +227,10 @@ TEST_P(PackedLevels, TilesReadNothingPastTheirGroupAndColumns) {
   std::mt19937 rng(5);
   ThreadPool pool(1);
   const cpu::GemmKernel& g = kernel_->gemm;
-  ASSERT_EQ(g.rows, kPackRows);
   for (int64_t k : {32, 96}) {
-    std::vector<uint8_t> w = random_q4_0(kPackRows, k, rng);
+    std::vector<uint8_t> w = random_q4_0(g.rows, k, rng);
     std::vector<uint8_t> packed(w.size());
-    cpu::pack_rows(DType::Q4_0, w.data(), packed.data(), k, kPackRows, pool);
+    cpu::pack_rows(DType::Q4_0, g.rows, w.data(), packed.data(), k, g.rows, pool);
     GuardedBytes gw(packed.data(), packed.size());
     for (int width = 1; width <= g.cols; ++width) {
       SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));
@@ -212,9 +240,9 @@ TEST_P(PackedLevels, TilesReadNothingPastTheirGroupAndColumns) {
       for (int c = 0; c < width; ++c)
         kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
       GuardedBytes ga(act.data(), act.size());
-      std::vector<float> y(size_t(kPackRows * width));
-      g.tiles[width - 1](k, gw.data(), 0, ga.data(), stride, y.data(), kPackRows);
-      const Reference ref = reference(w, x, k, kPackRows, width);
+      std::vector<float> y(size_t(g.rows * width));
+      g.tiles[width - 1](k, gw.data(), 0, ga.data(), stride, y.data(), size_t(g.rows));
+      const Reference ref = reference(w, x, k, g.rows, width);
       for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref.y[i], 1e-5 * ref.size[i]);
     }
   }
@@ -243,14 +271,24 @@ TEST_P(PackedLevels, ActivationsHoldQ8_0Values) {
   for (int i = 64; i < 96; ++i) x[size_t(i)] = 0;
   std::vector<BlockQ8_0> q8(size_t(k / 32));
   cpu::dot_kernel_scalar(DType::Q4_0)->act_from_f32(x.data(), q8.data(), k);
+  ASSERT_EQ(kernel_->act_block, 32);
+  ASSERT_EQ(kernel_->act_block_bytes, 40u);
+  // BlockQ8S (AVX2: d, d * sum) and BlockQ8O (AVX-512: d, -8 * sum) share d and qs.
   std::vector<cpu::BlockQ8S> qs(size_t(k / 32));
   kernel_->act_from_f32(x.data(), qs.data(), k);
+  const bool offset = kernel_->gemm.rows == cpu::kPackRowsK;
   for (size_t b = 0; b < q8.size(); ++b) {
     EXPECT_EQ(qs[b].d, fp16_to_f32(q8[b].d)) << "block " << b;
     EXPECT_EQ(0, std::memcmp(qs[b].qs, q8[b].qs, 32)) << "block " << b;
     int sum = 0;
     for (int8_t v : q8[b].qs) sum += v;
-    EXPECT_EQ(qs[b].s, qs[b].d * float(sum)) << "block " << b;
+    if (offset) {
+      int32_t got;
+      std::memcpy(&got, &qs[b].s, sizeof(got));
+      EXPECT_EQ(got, -8 * sum) << "block " << b;
+    } else {
+      EXPECT_EQ(qs[b].s, qs[b].d * float(sum)) << "block " << b;
+    }
   }
 }
 
@@ -260,25 +298,30 @@ TEST(PackedWeights, PacksOnceAndOnlyConstantMatrices) {
   std::vector<uint8_t> w = random_q4_0(16, 64, rng);
   Graph g;
   Tensor* t = g.leaf("w", DType::Q4_0, {64, 16, 1, 1}, w.data());
-  EXPECT_FALSE(cpu::can_pack(*t));  // activations or a KV cache may change
+  EXPECT_FALSE(cpu::can_pack(*t, kPackRows));  // activations or a KV cache may change
   t->constant = true;
-  EXPECT_TRUE(cpu::can_pack(*t));
+  EXPECT_TRUE(cpu::can_pack(*t, kPackRows));
+  EXPECT_TRUE(cpu::can_pack(*t, cpu::kPackRowsK));
   cpu::PackedWeights cache;
-  const void* first = cache.get(*t, pool);
-  EXPECT_EQ(cache.get(*t, pool), first);
+  const void* first = cache.get(*t, kPackRows, pool);
+  EXPECT_EQ(cache.get(*t, kPackRows, pool), first);
   EXPECT_EQ(cache.bytes(), w.size());
+  // The same bytes in groups of 16 are a second copy.
+  const void* wide = cache.get(*t, cpu::kPackRowsK, pool);
+  EXPECT_NE(wide, first);
+  EXPECT_EQ(cache.bytes(), 2 * w.size());
 
   // The same bytes seen as another shape are not silently given the first packing.
   Tensor* other = g.leaf("w2", DType::Q4_0, {32, 32, 1, 1}, w.data());
   other->constant = true;
-  EXPECT_THROW(cache.get(*other, pool), BackendError);
+  EXPECT_THROW(cache.get(*other, kPackRows, pool), BackendError);
 
   Tensor* few = g.leaf("few", DType::Q4_0, {64, 7, 1, 1}, w.data());
   few->constant = true;
-  EXPECT_FALSE(cpu::can_pack(*few));  // no whole group
+  EXPECT_FALSE(cpu::can_pack(*few, kPackRows));  // no whole group
   Tensor* q8 = g.leaf("q8", DType::Q8_0, {64, 8, 1, 1}, w.data());
   q8->constant = true;
-  EXPECT_FALSE(cpu::can_pack(*q8));
+  EXPECT_FALSE(cpu::can_pack(*q8, kPackRows));
 }
 
 // ---- k-quants: Q4_Kx16, Q5_Kx16 and Q6_Kx16
@@ -337,10 +380,10 @@ TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
     for (int64_t n : {16, 37}) {
       const int64_t k = 2 * QK_K, nb = 2;
       const std::vector<uint8_t> w = random_kquant(t, n, k, rng);
-      const cpu::PackedLayout layout = cpu::packed_layout(t, k);
+      const cpu::PackedLayout layout = cpu::packed_layout(t, cpu::kPackRowsK, k);
       ASSERT_EQ(layout.rows, cpu::kPackRowsK);
       std::vector<uint8_t> packed(layout.row_bytes * size_t(n), 0xAA);
-      cpu::pack_rows(t, w.data(), packed.data(), k, n, pool);
+      cpu::pack_rows(t, layout.rows, w.data(), packed.data(), k, n, pool);
       const size_t wrow = row_bytes(t, k), block = wrow / size_t(nb);
       const size_t pblock = layout.row_bytes * size_t(layout.rows) / size_t(nb);
       for (int64_t g = 0; g < n / layout.rows; ++g) {
@@ -464,7 +507,7 @@ TEST_P(PackedKQuants, MatmulMatchesScalarRowDots) {
           cpu::PackedWeights cache;
           const std::vector<float> got =
               packed_matmul(w, x, k, n, m, GetParam().level, threads, cache, t);
-          EXPECT_EQ(cache.bytes(), cpu::packed_layout(t, k).row_bytes * size_t(n));
+          EXPECT_EQ(cache.bytes(), cpu::packed_layout(t, cpu::kPackRowsK, k).row_bytes * size_t(n));
           int failures = 0;
           for (size_t i = 0; i < got.size() && failures < 5; ++i) {
             const double bound = 1e-5 * ref.size[i];
@@ -488,8 +531,8 @@ TEST_P(PackedKQuants, TilesReadNothingPastTheirGroupAndColumns) {
   ASSERT_EQ(g.rows, cpu::kPackRowsK);
   for (int64_t k : {int64_t{QK_K}, int64_t{2 * QK_K}}) {
     std::vector<uint8_t> w = random_kquant(t, g.rows, k, rng);
-    std::vector<uint8_t> packed(cpu::packed_layout(t, k).row_bytes * size_t(g.rows));
-    cpu::pack_rows(t, w.data(), packed.data(), k, g.rows, pool);
+    std::vector<uint8_t> packed(cpu::packed_layout(t, g.rows, k).row_bytes * size_t(g.rows));
+    cpu::pack_rows(t, g.rows, w.data(), packed.data(), k, g.rows, pool);
     GuardedBytes gw(packed.data(), packed.size());
     for (int width = 1; width <= g.cols; ++width) {
       SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));

@@ -25,14 +25,15 @@ void matmul_packed(Context& ctx, Tensor& node, const PackedKernel& pk) {
   const Tensor& w = *node.src[0];
   const Tensor& x = *node.src[1];
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
-  const void* packed = ctx.packed->get(w, *ctx.pool);
+  const int rows = pk.gemm.rows;
+  const void* packed = ctx.packed->get(w, rows, *ctx.pool);
   const size_t act_stride = pk.act_row_bytes(K);
   char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
   ctx.pool->parallel_for(M, [&](int64_t m, int) {
     pk.act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride, K);
   });
-  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, packed_layout(w.type, K).row_bytes, act,
-       act_stride, static_cast<float*>(node.data), node.nb[1] / sizeof(float));
+  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, packed_layout(w.type, rows, K).row_bytes,
+       act, act_stride, static_cast<float*>(node.data), node.nb[1] / sizeof(float));
 }
 
 }  // namespace
@@ -43,9 +44,9 @@ void matmul(Context& ctx, Tensor& node) {
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
   if (x.nb[0] != sizeof(float))
     throw BackendError(fmt::format("cpu matmul: activations {} are not contiguous rows", x.name));
-  if (ctx.packed && can_pack(w)) {
-    if (const PackedKernel* pk = packed_kernel(w.type, ctx.isa))
-      return matmul_packed(ctx, node, *pk);
+  if (ctx.packed) {
+    const PackedKernel* pk = packed_kernel(w.type, ctx.isa);
+    if (pk && can_pack(w, pk->gemm.rows)) return matmul_packed(ctx, node, *pk);
   }
   const DotKernel& k = dot_kernel(w.type, ctx.isa);
 

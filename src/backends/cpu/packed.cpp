@@ -25,6 +25,18 @@ void pack_q4_0_group(const BlockQ4_0* rows, BlockQ4_0x8* dst, int64_t nb) {
   }
 }
 
+// Group g of rows into BlockQ4_0x16 blocks (see packed.h).
+void pack_q4_0x16_group(const BlockQ4_0* rows, BlockQ4_0x16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ4_0x16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockQ4_0& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      for (int v = 0; v < 4; ++v) std::memcpy(p.qs[v][j], src.qs + 4 * v, 4);
+    }
+  }
+}
+
 // Group g of rows into BlockQ4_Kx16 or BlockQ5_Kx16 super-blocks (see packed.h).
 template <typename Block, typename Packed>
 void pack_k4_group(const Block* rows, Packed* dst, int64_t nb) {
@@ -71,10 +83,12 @@ void pack_q6_k_group(const BlockQ6_K* rows, BlockQ6_Kx16* dst, int64_t nb) {
 
 }  // namespace
 
-PackedLayout packed_layout(DType w, int64_t k) {
+PackedLayout packed_layout(DType w, int rows, int64_t k) {
+  const bool q4_0x8 = w == DType::Q4_0 && rows == kPackRows;
+  if (rows != kPackRowsK && !q4_0x8) return {};
   switch (w) {
     case DType::Q4_0:
-      return {kPackRows, row_bytes(w, k)};
+      return {rows, row_bytes(w, k)};
     case DType::Q4_K:
       return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q5_K:
@@ -98,10 +112,12 @@ const PackedKernel* packed_kernel(DType w, IsaLevel isa) {
   return nullptr;
 }
 
-void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, ThreadPool& pool) {
-  const PackedLayout layout = packed_layout(w, k);
+void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t n,
+               ThreadPool& pool) {
+  const PackedLayout layout = packed_layout(w, rows, k);
   if (layout.rows == 0)
-    throw BackendError(fmt::format("cpu: no packed layout for {} weights", dtype_name(w)));
+    throw BackendError(
+        fmt::format("cpu: no packed layout for {} weights in groups of {}", dtype_name(w), rows));
   const size_t row = row_bytes(w, k);
   const int64_t groups = n / layout.rows;
   const auto* s = static_cast<const uint8_t*>(src);
@@ -110,9 +126,12 @@ void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, Thread
   pool.parallel_for(groups, [&](int64_t g, int) {
     const uint8_t* from = s + size_t(g) * group_src;
     uint8_t* to = d + size_t(g) * group_dst;
-    if (w == DType::Q4_0)
+    if (w == DType::Q4_0 && rows == kPackRows)
       pack_q4_0_group(reinterpret_cast<const BlockQ4_0*>(from), reinterpret_cast<BlockQ4_0x8*>(to),
                       k / QK4_0);
+    else if (w == DType::Q4_0)
+      pack_q4_0x16_group(reinterpret_cast<const BlockQ4_0*>(from),
+                         reinterpret_cast<BlockQ4_0x16*>(to), k / QK4_0);
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
                     k / QK_K);
@@ -131,16 +150,16 @@ void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, Thread
   }
 }
 
-bool can_pack(const Tensor& w) {
-  const PackedLayout layout = packed_layout(w.type, w.ne[0]);
+bool can_pack(const Tensor& w, int rows) {
+  const PackedLayout layout = packed_layout(w.type, rows, w.ne[0]);
   return w.constant && w.op == OpKind::None && layout.rows > 0 && w.is_contiguous() &&
          w.ne[2] == 1 && w.ne[3] == 1 && w.ne[1] >= layout.rows &&
          w.ne[0] % block_size(w.type) == 0;
 }
 
-const void* PackedWeights::get(const Tensor& w, ThreadPool& pool) {
+const void* PackedWeights::get(const Tensor& w, int rows, ThreadPool& pool) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(w.data);
+  auto it = entries_.find({w.data, rows});
   if (it != entries_.end()) {
     const Entry& e = it->second;
     if (e.type != w.type || e.k != w.ne[0] || e.n != w.ne[1])
@@ -149,10 +168,10 @@ const void* PackedWeights::get(const Tensor& w, ThreadPool& pool) {
           w.name));
     return e.data.data();
   }
-  const size_t bytes = packed_layout(w.type, w.ne[0]).row_bytes * size_t(w.ne[1]);
+  const size_t bytes = packed_layout(w.type, rows, w.ne[0]).row_bytes * size_t(w.ne[1]);
   Entry e{w.type, w.ne[0], w.ne[1], std::vector<uint8_t>(bytes)};
-  pack_rows(w.type, w.data, e.data.data(), w.ne[0], w.ne[1], pool);
-  return entries_.emplace(w.data, std::move(e)).first->second.data.data();
+  pack_rows(w.type, rows, w.data, e.data.data(), w.ne[0], w.ne[1], pool);
+  return entries_.emplace(std::pair{w.data, rows}, std::move(e)).first->second.data.data();
 }
 
 size_t PackedWeights::bytes() const {

@@ -17,6 +17,9 @@
 // every lane, the lanes accumulate 8 row dots at once, with no horizontal sum, and one vector
 // conversion serves 8 scales. A Q4_0x8 group takes exactly the bytes of its 8 rows.
 //
+// Q4_0x16 packs 16 rows for 512-bit vectors the same way: a block is the 16 rows' fp16 scales,
+// then four 64-byte vectors, the v-th holding bytes 4v..4v+3 of every row's qs, row j at 4j.
+//
 // Q4_Kx16 packs groups of 16 rows for 512-bit vectors, one row per 32-bit lane. A super-block
 // of the group (elements 256b..256b+255 of the 16 rows) holds the rows' fp16 d and dmin, their
 // 6-bit scales and mins unpacked to one byte each (sub-block major: 16 rows' scales of sub-block
@@ -39,6 +42,7 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
@@ -58,7 +62,13 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kPackRows * sizeof(BlockQ4_0));
 
-inline constexpr int kPackRowsK = 16;  // rows of a Q4_Kx16 group
+inline constexpr int kPackRowsK = 16;  // rows of a Q4_0x16 or k-quant group
+
+struct BlockQ4_0x16 {
+  uint16_t d[kPackRowsK];        // fp16 scales of the group's rows
+  uint8_t qs[4][kPackRowsK][4];  // [v][row][byte]: see above
+};
+static_assert(sizeof(BlockQ4_0x16) == kPackRowsK * sizeof(BlockQ4_0));
 
 struct BlockQ4_Kx16 {
   uint16_t d[kPackRowsK];  // fp16
@@ -87,13 +97,14 @@ struct BlockQ6_Kx16 {
 };
 static_assert(sizeof(BlockQ6_Kx16) == kPackRowsK * sizeof(BlockQ6_K));
 
-// How a type's packed copy is laid out: rows per group (0: the type has no packed layout) and
-// the bytes each row takes in it.
+// How a type's packed copy in groups of `rows` rows is laid out: the group's rows (0: the type
+// has no such layout) and the bytes each row takes in it. Q4_0 packs in groups of 8 (the AVX2
+// kernels) or 16 (Q4_0x16, the AVX-512 ones); the k-quants in groups of 16.
 struct PackedLayout {
   int rows = 0;
   size_t row_bytes = 0;
 };
-PackedLayout packed_layout(DType w, int64_t k);
+PackedLayout packed_layout(DType w, int rows, int64_t k);
 
 // Activations for packed weights: Q8_0's values, with d as a float (exactly the fp16 value Q8_0
 // stores) and s = d * sum(qs), so a weight type's offset (8 for Q4_0) costs one multiply-add per
@@ -104,6 +115,15 @@ struct BlockQ8S {
   int8_t qs[QK8_0];
 };
 static_assert(sizeof(BlockQ8S) == 40);
+
+// Activations for Q4_0x16: Q8_0's values with d as a float and -8 times the sum of qs, the
+// offset of Q4_0's levels as the integer a block's dot products start from.
+struct BlockQ8O {
+  float d;
+  int32_t offset;
+  int8_t qs[QK8_0];
+};
+static_assert(sizeof(BlockQ8O) == 40);
 
 struct PackedKernel {
   int64_t act_block;       // elements per activation block
@@ -124,22 +144,23 @@ const PackedKernel* packed_kernel(DType w, IsaLevel isa);
 const PackedKernel* packed_kernel_avx2(DType w);
 const PackedKernel* packed_kernel_avx512(DType w);
 
-// Packs n rows of k elements of type w (GGUF layout, rows contiguous) into dst, which holds
-// n * packed_layout(w, k).row_bytes bytes. Throws BackendError for a type without a packed
-// layout.
-void pack_rows(DType w, const void* src, void* dst, int64_t k, int64_t n, ThreadPool& pool);
+// Packs n rows of k elements of type w (GGUF layout, rows contiguous) in groups of `rows` into
+// dst, which holds n * packed_layout(w, rows, k).row_bytes bytes. Throws BackendError for a
+// type without that layout.
+void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t n,
+               ThreadPool& pool);
 
-// True when matmul may use a packed copy of w: its bytes never change (a model weight), it is
-// one contiguous 2-D matrix with at least one whole group of rows.
-bool can_pack(const Tensor& w);
+// True when matmul may use a packed copy of w in groups of `rows`: its bytes never change (a
+// model weight), it is one contiguous 2-D matrix with at least one whole group of rows.
+bool can_pack(const Tensor& w, int rows);
 
 // The packed copies a device has made, keyed by the weight's bytes. A weight's bytes outlive
 // every device that computes with them (the model outlives its sessions), so a key is never
 // reused for other bytes while the cache holds it.
 class PackedWeights {
  public:
-  // The packed copy of w, made on the first call for w's bytes.
-  const void* get(const Tensor& w, ThreadPool& pool);
+  // The packed copy of w in groups of `rows`, made on the first call for w's bytes and rows.
+  const void* get(const Tensor& w, int rows, ThreadPool& pool);
   size_t bytes() const;
 
  private:
@@ -148,8 +169,13 @@ class PackedWeights {
     int64_t k, n;
     std::vector<uint8_t> data;
   };
+  struct KeyHash {
+    size_t operator()(const std::pair<const void*, int>& key) const {
+      return std::hash<const void*>()(key.first) ^ size_t(key.second);
+    }
+  };
   mutable std::mutex mu_;
-  std::unordered_map<const void*, Entry> entries_;
+  std::unordered_map<std::pair<const void*, int>, Entry, KeyHash> entries_;
 };
 
 }  // namespace ps::cpu

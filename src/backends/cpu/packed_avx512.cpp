@@ -32,10 +32,15 @@
 #include <type_traits>
 #include <utility>
 
+#include "backends/cpu/simd_avx2.h"
+
 namespace ps::cpu {
 namespace {
 
+// How far ahead the tiles ask for weights: about one k-quant super-block of 16 rows, or eight
+// Q4_0 blocks of 16 rows (2304 bytes).
 constexpr int kPrefetchBlocks = 1;
+constexpr int kPrefetchBlocksQ4_0 = 8;
 
 int32_t load_i32(const void* p) {
   int32_t v;
@@ -258,7 +263,87 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
 }
 
+// ---- Q4_0x16 -----------------------------------------------------------------------------
+
+void act_q8o(const float* x, void* dst, int64_t n) {
+  BlockQ8O* y = static_cast<BlockQ8O*>(dst);
+  for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+    const Q8Block q = quantize_q8_block(x, y[b].qs);
+    // The fp16-rounded scale, so the values are exactly those of a Q8_0 block.
+    y[b].d = half_to_float(_cvtss_sh(q.d, _MM_FROUND_TO_NEAREST_INT));
+    y[b].offset = -8 * q.sum;
+  }
+}
+
+// A GGUF-layout Q4_0 row (past the last whole group) against BlockQ8O activations.
+float tail_dot_q4_0(int64_t n, const void* wv, const void* av) {
+  const BlockQ4_0* w = static_cast<const BlockQ4_0*>(wv);
+  const BlockQ8O* a = static_cast<const BlockQ8O*>(av);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / QK4_0; ++b) {
+    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
+                                            unpack_nibbles(w[b].qs), load_bytes(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(w[b].d) * a[b].d), _mm256_cvtepi32_ps(dot),
+                          acc);
+  }
+  return hsum(acc);
+}
+
+// 16 rows x C columns of Q4_0x16: per block and column, eight vpdpbusd from -8 x the
+// activations' sum (two chains), one conversion and one FMA with d_w d_a.
+template <int C>
+void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                  size_t y_stride) {
+  const auto* w = static_cast<const BlockQ4_0x16*>(wv);
+  const BlockQ8O* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8O*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const int64_t nb = k / QK4_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ4_0x16& x = w[b];
+    prefetch_block(w + b, kPrefetchBlocksQ4_0);
+    __m512i lo[C], hi[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      lo[c] = _mm512_set1_epi32(a[c][b].offset);
+      hi[c] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i raw = _mm512_loadu_si512(x.qs[v]);
+      const __m512i ql = _mm512_and_si512(raw, low4);
+      const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        lo[c] = _mm512_dpbusd_epi32(lo[c], ql, _mm512_set1_epi32(load_i32(a[c][b].qs + 4 * v)));
+        hi[c] =
+            _mm512_dpbusd_epi32(hi[c], qh, _mm512_set1_epi32(load_i32(a[c][b].qs + 16 + 4 * v)));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo[c], hi[c])),
+                               _mm512_mul_ps(d, _mm512_set1_ps(a[c][b].d)), acc[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
+}
+
 constexpr int kTileCols = 4;
+constexpr int kTileColsQ4_0 = 8;
+
+template <int... I>
+constexpr GemmKernel make_q4_0x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileColsQ4_0, {q4_0x16_tile<I + 1>...}};
+}
+
+constexpr PackedKernel kQ4_0{QK4_0, sizeof(BlockQ8O), act_q8o, tail_dot_q4_0,
+                             make_q4_0x16(std::make_integer_sequence<int, kTileColsQ4_0>{})};
 
 template <typename Block, int... I>
 constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
@@ -282,6 +367,8 @@ constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::
 
 const PackedKernel* packed_kernel_avx512(DType w) {
   switch (w) {
+    case DType::Q4_0:
+      return &kQ4_0;
     case DType::Q4_K:
       return &kQ4_K;
     case DType::Q5_K:
