@@ -190,7 +190,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
 }
 
 // 16 rows x C columns of Q6_Kx16. Levels are 6 bits stored + 32: a sub-block's products sum
-// unsigned levels, and 32 x (scales . per-16 activation sums) comes off once per super-block.
+// unsigned levels, and 32 x (scales . per-16 activation sums) comes off in the same int32
+// accumulator, one vpdpwssd per pair of sub-blocks.
 template <int C>
 void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                   size_t y_stride) {
@@ -206,9 +207,9 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
     prefetch_block(w + b, kPrefetchBlocks);
-    __m512i isum[C], csum[C];
+    __m512i isum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) isum[c] = csum[c] = _mm512_setzero_si512();
+    for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
       for (int kk = 0; kk < 4; ++kk) {
@@ -218,6 +219,9 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
             _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.scales[t])));
         const __m512i s_first = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
         const __m512i s_second = _mm512_srai_epi32(pair, 16);
+        // The stored offset: -32 x the scale pair (at most 4096 in magnitude), against the
+        // pair of per-16 activation sums.
+        const __m512i offset = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-32));
         __m512i first[C], second[C];
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
@@ -246,7 +250,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
           isum[c] =
               _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(first[c], s_first),
                                                          _mm512_mullo_epi32(second[c], s_second)));
-          csum[c] = _mm512_dpwssd_epi32(csum[c], pair,
+          isum[c] = _mm512_dpwssd_epi32(isum[c], offset,
                                         _mm512_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
         }
       }
@@ -254,7 +258,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(csum[c], 5));
+      const __m512i total = isum[c];
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
                                _mm512_mul_ps(d, _mm512_set1_ps(a[c][b].d)), acc[c]);
     }
@@ -334,8 +338,9 @@ void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
 }
 
-constexpr int kTileCols = 4;
+constexpr int kTileCols = 6;
 constexpr int kTileColsQ4_0 = 8;
+constexpr int kTileColsQ6_K = 6;
 
 template <int... I>
 constexpr GemmKernel make_q4_0x16(std::integer_sequence<int, I...>) {
@@ -351,7 +356,7 @@ constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
 }
 template <int... I>
 constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
-  return GemmKernel{kPackRowsK, kTileCols, {q6_kx16_tile<I + 1>...}};
+  return GemmKernel{kPackRowsK, kTileColsQ6_K, {q6_kx16_tile<I + 1>...}};
 }
 
 constexpr PackedKernel kQ4_K{
@@ -361,7 +366,7 @@ constexpr PackedKernel kQ5_K{
     QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q5_K>,
     make_k4x16<BlockQ5_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
 constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q6_K>,
-                             make_q6_kx16(std::make_integer_sequence<int, kTileCols>{})};
+                             make_q6_kx16(std::make_integer_sequence<int, kTileColsQ6_K>{})};
 
 }  // namespace
 
