@@ -324,7 +324,7 @@ TEST(PackedWeights, PacksOnceAndOnlyConstantMatrices) {
   EXPECT_FALSE(cpu::can_pack(*q8, kPackRows));
 }
 
-// ---- k-quants: Q4_Kx16, Q5_Kx16 and Q6_Kx16
+// ---- k-quants: Q2_Kx16 .. Q6_Kx16
 // ------------------------------------------------------
 
 // Rows of a k-quant type from data whose scale changes every 16 elements over six orders of
@@ -349,13 +349,26 @@ void levels_of(DType t, const void* block, kquants::KLevels& L) {
     kquants::levels(*static_cast<const BlockQ4_K*>(block), L);
   else if (t == DType::Q5_K)
     kquants::levels(*static_cast<const BlockQ5_K*>(block), L);
+  else if (t == DType::Q2_K)
+    kquants::levels(*static_cast<const BlockQ2_K*>(block), L);
+  else if (t == DType::Q3_K)
+    kquants::levels(*static_cast<const BlockQ3_K*>(block), L);
   else
     kquants::levels(*static_cast<const BlockQ6_K*>(block), L);
 }
 
 // Element e's stored level of row j in a packed super-block, read back by the layout packed.h
-// states (Q4_K: 0..15; Q5_K: 0..31; Q6_K: 0..63, stored + 32).
+// states (Q2_K: 0..3; Q3_K: 0..7, stored + 4; Q4_K: 0..15; Q5_K: 0..31; Q6_K: 0..63, stored
+// + 32).
 int packed_level(DType t, const void* block, int j, int e) {
+  if (t == DType::Q2_K || t == DType::Q3_K) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    if (t == DType::Q2_K)
+      return (static_cast<const cpu::BlockQ2_Kx16*>(block)->qs[h][l / 4][j][l % 4] >> (2 * k)) & 3;
+    const auto& p = *static_cast<const cpu::BlockQ3_Kx16*>(block);
+    const int low = (p.qs[h][l / 4][j][l % 4] >> (2 * k)) & 3;
+    return low | (((p.hmask[l / 4][j][l % 4] >> (4 * h + k)) & 1) << 2);
+  }
   if (t == DType::Q4_K || t == DType::Q5_K) {
     // Q5_Kx16 begins with Q4_Kx16's fields.
     const auto& p = *static_cast<const cpu::BlockQ4_Kx16*>(block);
@@ -376,7 +389,7 @@ int packed_level(DType t, const void* block, int j, int e) {
 TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t n : {16, 37}) {
       const int64_t k = 2 * QK_K, nb = 2;
       const std::vector<uint8_t> w = random_kquant(t, n, k, rng);
@@ -396,10 +409,10 @@ TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
             const uint8_t* src = w.data() + size_t(g * layout.rows + j) * wrow + size_t(b) * block;
             kquants::KLevels L;
             levels_of(t, src, L);
-            const int offset = t == DType::Q6_K ? 32 : 0;
+            const int offset = t == DType::Q6_K ? 32 : t == DType::Q3_K ? 4 : 0;
             for (int e = 0; e < QK_K; ++e)
               ASSERT_EQ(packed_level(t, p, j, e) - offset, L.q[e]) << "element " << e;
-            if (t != DType::Q6_K) {
+            if (t == DType::Q4_K || t == DType::Q5_K) {
               const auto& pk = *reinterpret_cast<const cpu::BlockQ4_Kx16*>(p);
               const auto& sk = *reinterpret_cast<const BlockQ4_K*>(src);
               ASSERT_EQ(pk.d[j], sk.d);
@@ -408,6 +421,23 @@ TEST(PackedLayout, KQuantGroupsHoldEveryLevelScaleAndMin) {
                 ASSERT_EQ(fp16_to_f32(sk.d) * pk.scales[s][j], L.scale[s]) << "scale " << s;
                 ASSERT_EQ(fp16_to_f32(sk.dmin) * pk.mins[s][j], L.min[s]) << "min " << s;
               }
+            } else if (t == DType::Q2_K) {
+              const auto& pk = *reinterpret_cast<const cpu::BlockQ2_Kx16*>(p);
+              const auto& sk = *reinterpret_cast<const BlockQ2_K*>(src);
+              ASSERT_EQ(pk.d[j], sk.d);
+              ASSERT_EQ(pk.dmin[j], sk.dmin);
+              for (int s = 0; s < 16; ++s) {
+                const uint8_t byte = pk.scales[s / 2][j][s % 2];
+                ASSERT_EQ(fp16_to_f32(sk.d) * float(byte & 15), L.scale[s]) << "scale " << s;
+                ASSERT_EQ(fp16_to_f32(sk.dmin) * float(byte >> 4), L.min[s]) << "min " << s;
+              }
+            } else if (t == DType::Q3_K) {
+              const auto& pk = *reinterpret_cast<const cpu::BlockQ3_Kx16*>(p);
+              const auto& sk = *reinterpret_cast<const BlockQ3_K*>(src);
+              ASSERT_EQ(pk.d[j], sk.d);
+              for (int s = 0; s < 16; ++s)
+                ASSERT_EQ(fp16_to_f32(sk.d) * float(pk.scales[s / 2][j][s % 2]), L.scale[s])
+                    << "scale " << s;
             } else {
               const auto& pk = *reinterpret_cast<const cpu::BlockQ6_Kx16*>(p);
               const auto& sk = *reinterpret_cast<const BlockQ6_K*>(src);
@@ -447,14 +477,14 @@ class PackedKQuants : public ::testing::TestWithParam<KCase> {
   const cpu::PackedKernel* kernel_ = nullptr;
 };
 
-INSTANTIATE_TEST_SUITE_P(Packed, PackedKQuants,
-                         ::testing::Values(KCase{DType::Q4_K, IsaLevel::Avx512},
-                                           KCase{DType::Q5_K, IsaLevel::Avx512},
-                                           KCase{DType::Q6_K, IsaLevel::Avx512}),
-                         [](const auto& info) {
-                           return std::string(dtype_name(info.param.type)) + "_" +
-                                  isa_level_name(info.param.level);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Packed, PackedKQuants,
+    ::testing::Values(KCase{DType::Q2_K, IsaLevel::Avx512}, KCase{DType::Q3_K, IsaLevel::Avx512},
+                      KCase{DType::Q4_K, IsaLevel::Avx512}, KCase{DType::Q5_K, IsaLevel::Avx512},
+                      KCase{DType::Q6_K, IsaLevel::Avx512}),
+    [](const auto& info) {
+      return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
+    });
 
 // The scalar k-quant row dots over the same Q8_K activations. The kernels sum the same exact
 // integers per super-block, so they differ by float rounding only: within 1e-5 of the sum of

@@ -60,6 +60,29 @@ void pack_k4_group(const Block* rows, Packed* dst, int64_t nb) {
   }
 }
 
+// Group g of rows into BlockQ2_Kx16 or BlockQ3_Kx16 super-blocks (see packed.h).
+template <typename Block, typename Packed>
+void pack_k2_group(const Block* rows, Packed* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    Packed& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const Block& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      if constexpr (std::is_same_v<Block, BlockQ3_K>) {
+        uint8_t raw[16];
+        kquants::unpack_q3_k_scales(src.scales, raw);
+        for (int s = 0; s < 16; ++s) p.scales[s / 2][j][s % 2] = int8_t(raw[s] - 32);
+        for (int u = 0; u < 8; ++u) std::memcpy(p.hmask[u][j], src.hmask + 4 * u, 4);
+      } else {
+        p.dmin[j] = src.dmin;
+        for (int s = 0; s < 16; ++s) p.scales[s / 2][j][s % 2] = src.scales[s];
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 8; ++u) std::memcpy(p.qs[h][u][j], src.qs + 32 * h + 4 * u, 4);
+    }
+  }
+}
+
 // Group g of rows into BlockQ6_Kx16 super-blocks (see packed.h).
 void pack_q6_k_group(const BlockQ6_K* rows, BlockQ6_Kx16* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
@@ -91,6 +114,10 @@ PackedLayout packed_layout(DType w, int rows, int64_t k) {
       return {rows, row_bytes(w, k)};
     case DType::Q4_K:
       return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::Q2_K:
+      return {kPackRowsK, row_bytes(w, k)};
+    case DType::Q3_K:
+      return {kPackRowsK, sizeof(BlockQ3_Kx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q5_K:
       return {kPackRowsK, sizeof(BlockQ5_Kx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q6_K:
@@ -134,6 +161,12 @@ void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t
                          reinterpret_cast<BlockQ4_0x16*>(to), k / QK4_0);
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
+                    k / QK_K);
+    else if (w == DType::Q2_K)
+      pack_k2_group(reinterpret_cast<const BlockQ2_K*>(from), reinterpret_cast<BlockQ2_Kx16*>(to),
+                    k / QK_K);
+    else if (w == DType::Q3_K)
+      pack_k2_group(reinterpret_cast<const BlockQ3_K*>(from), reinterpret_cast<BlockQ3_Kx16*>(to),
                     k / QK_K);
     else if (w == DType::Q5_K)
       pack_k4_group(reinterpret_cast<const BlockQ5_K*>(from), reinterpret_cast<BlockQ5_Kx16*>(to),

@@ -32,6 +32,12 @@
 // row's qh, whose bit 2p (2p + 1) is the high bit of the low (high) nibbles of that u in pair p.
 // 2880 bytes for 16 rows' 2816 (2.3 %).
 //
+// Q2_Kx16 and Q3_Kx16 follow Q6_Kx16's order for the sub-blocks of 16: scales by pairs (Q2_K's
+// bytes as GGUF has them, scale | min << 4; Q3_K's unpacked to signed bytes, 64 more bytes per
+// 16 rows than its packed 6 bits: 1824 for 1760, 3.6 %), then Q3_K's hmask as bytes 4u .. 4u + 3
+// of every row for each u < 8, then for each half h and u < 8 bytes 32h + 4u .. + 3 of every
+// row's qs, whose bits 2k are the low bits of elements 128h + 32k + 4u ...
+//
 // Q6_Kx16 packs groups of 16 rows the same way, in exactly their bytes: the fp16 d of the
 // rows, their signed scales by pairs of sub-blocks of 16 (row j's scales 2t and 2t + 1 side by
 // side, so they widen into one int16 pair per lane), then for each half h, each k < 2 and each
@@ -88,6 +94,22 @@ struct BlockQ5_Kx16 {
   uint8_t qh[8][kPackRowsK][4];  // [u][row][byte]
 };
 static_assert(sizeof(BlockQ5_Kx16) == 2880);
+
+struct BlockQ2_Kx16 {
+  uint16_t d[kPackRowsK];
+  uint16_t dmin[kPackRowsK];
+  uint8_t scales[8][kPackRowsK][2];  // [pair of sub-blocks][row][which]: scale | min << 4
+  uint8_t qs[2][8][kPackRowsK][4];   // [half][u][row][byte]
+};
+static_assert(sizeof(BlockQ2_Kx16) == kPackRowsK * sizeof(BlockQ2_K));
+
+struct BlockQ3_Kx16 {
+  uint16_t d[kPackRowsK];
+  int8_t scales[8][kPackRowsK][2];  // [pair of sub-blocks][row][which], -32 .. 31
+  uint8_t hmask[8][kPackRowsK][4];  // [u][row][byte]
+  uint8_t qs[2][8][kPackRowsK][4];  // [half][u][row][byte]
+};
+static_assert(sizeof(BlockQ3_Kx16) == 1824);
 
 struct BlockQ6_Kx16 {
   uint16_t d[kPackRowsK];              // fp16

@@ -267,6 +267,96 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
 }
 
+// 16 rows x C columns of Q2_Kx16 or Q3_Kx16: sub-blocks of 16 like Q6_K, 2-bit levels. Q2_K's
+// mins meet the per-16 activation sums as Q4_K's do per 32; Q3_K's high bit adds 4 to a level
+// (byte mask, masked add) and its stored offset of 4 comes off in the main accumulator.
+template <typename Block, int C>
+void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                size_t y_stride) {
+  constexpr bool q3 = std::is_same_v<Block, BlockQ3_Kx16>;
+  const auto* w = static_cast<const Block*>(wv);
+  const BlockQ8_K* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m512i low2 = _mm512_set1_epi8(3), low4w = _mm512_set1_epi32(0x0f);
+  __m512 acc[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& x = w[b];
+    prefetch_block(w + b, kPrefetchBlocks);
+    __m512i isum[C], msum[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        // Sub-blocks 8h + 2kk (u < 4) and + 1 (u >= 4): scale pair t = 4h + kk.
+        const int t = 4 * h + kk;
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.scales[t]));
+        __m512i s_first, s_second, pair_term;
+        if constexpr (q3) {
+          const __m512i pair = _mm512_cvtepi8_epi16(bytes);
+          s_first = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+          s_second = _mm512_srai_epi32(pair, 16);
+          pair_term = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-4));  // the offset of 4
+        } else {
+          const __m512i pair = _mm512_cvtepu8_epi16(bytes);
+          s_first = _mm512_and_si512(pair, low4w);
+          s_second = _mm512_and_si512(_mm512_srli_epi32(pair, 16), low4w);
+          pair_term = _mm512_srli_epi16(pair, 4);  // the mins
+        }
+        const __m512i high_bit = _mm512_set1_epi8(char(1 << (4 * h + kk)));
+        __m512i first[C], second[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u) {
+          const __m512i raw = _mm512_loadu_si512(x.qs[h][u]);
+          __m512i q = _mm512_and_si512(kk == 0 ? raw : _mm512_srli_epi16(raw, 2 * kk), low2);
+          if constexpr (q3) {
+            const __mmask64 set = _mm512_test_epi8_mask(_mm512_loadu_si512(x.hmask[u]), high_bit);
+            q = _mm512_mask_add_epi8(q, set, q, _mm512_set1_epi8(4));
+          }
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m512i qa = _mm512_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u));
+            if (u < 4)
+              first[c] = _mm512_dpbusd_epi32(first[c], q, qa);
+            else
+              second[c] = _mm512_dpbusd_epi32(second[c], q, qa);
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          isum[c] =
+              _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(first[c], s_first),
+                                                         _mm512_mullo_epi32(second[c], s_second)));
+          const __m512i sums = _mm512_set1_epi32(load_i32(a[c][b].bsums + 2 * t));
+          if constexpr (q3)
+            isum[c] = _mm512_dpwssd_epi32(isum[c], pair_term, sums);
+          else
+            msum[c] = _mm512_dpwssd_epi32(msum[c], pair_term, sums);
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 da = _mm512_set1_ps(a[c][b].d);
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, da), acc[c]);
+      if constexpr (!q3) {
+        const __m512 dmin =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.dmin)));
+        acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, da), acc[c]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
+}
+
 // ---- Q4_0x16 -----------------------------------------------------------------------------
 
 void act_q8o(const float* x, void* dst, int64_t n) {
@@ -341,6 +431,8 @@ void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
 constexpr int kTileCols = 6;
 constexpr int kTileColsQ4_0 = 8;
 constexpr int kTileColsQ6_K = 6;
+constexpr int kTileColsQ2_K = 4;  // five accumulators a column
+constexpr int kTileColsQ3_K = 6;
 
 template <int... I>
 constexpr GemmKernel make_q4_0x16(std::integer_sequence<int, I...>) {
@@ -359,6 +451,17 @@ constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
   return GemmKernel{kPackRowsK, kTileColsQ6_K, {q6_kx16_tile<I + 1>...}};
 }
 
+template <typename Block, int C, int... I>
+constexpr GemmKernel make_k2x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, C, {k2x16_tile<Block, I + 1>...}};
+}
+
+constexpr PackedKernel kQ2_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q2_K>,
+    make_k2x16<BlockQ2_Kx16, kTileColsQ2_K>(std::make_integer_sequence<int, kTileColsQ2_K>{})};
+constexpr PackedKernel kQ3_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q3_K>,
+    make_k2x16<BlockQ3_Kx16, kTileColsQ3_K>(std::make_integer_sequence<int, kTileColsQ3_K>{})};
 constexpr PackedKernel kQ4_K{
     QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot<DType::Q4_K>,
     make_k4x16<BlockQ4_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
@@ -374,6 +477,10 @@ const PackedKernel* packed_kernel_avx512(DType w) {
   switch (w) {
     case DType::Q4_0:
       return &kQ4_0;
+    case DType::Q2_K:
+      return &kQ2_K;
+    case DType::Q3_K:
+      return &kQ3_K;
     case DType::Q4_K:
       return &kQ4_K;
     case DType::Q5_K:
