@@ -618,5 +618,185 @@ TEST_P(PackedKQuants, ActivationsAreTheScalarQ8KBytes) {
     EXPECT_EQ(0, std::memcmp(&want[b], &got[b], sizeof(BlockQ8_K))) << "block " << b;
 }
 
+// ---- Q5_0x16 and Q8_0x16 -------------------------------------------------------------------
+
+std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.3f, 1.0f);
+  std::uniform_real_distribution<float> log_scale(-3.0f, 3.0f);
+  std::vector<float> f(size_t(n * k));
+  float scale = 1;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (i % 32 == 0) scale = std::exp(log_scale(rng));
+    f[i] = scale * normal(rng);
+  }
+  const size_t row = row_bytes(t, k);
+  std::vector<uint8_t> w(row * size_t(n));
+  for (int64_t r = 0; r < n; ++r) quantize_row(t, f.data() + r * k, w.data() + row * size_t(r), k);
+  return w;
+}
+
+TEST(PackedLayout, Q5_0AndQ8_0x16GroupsHoldEveryLevel) {
+  std::mt19937 rng(3);
+  ThreadPool pool(2);
+  const int64_t n = 37, k = 96, nb = 3;
+  for (DType t : {DType::Q5_0, DType::Q8_0}) {
+    const std::vector<uint8_t> w = random_rows(t, n, k, rng);
+    std::vector<uint8_t> packed(w.size(), 0xAA);
+    cpu::pack_rows(t, cpu::kPackRowsK, w.data(), packed.data(), k, n, pool);
+    const size_t wrow = row_bytes(t, k), block = wrow / size_t(nb);
+    std::vector<float> want(static_cast<size_t>(k));
+    for (int64_t g = 0; g < n / cpu::kPackRowsK; ++g)
+      for (int j = 0; j < cpu::kPackRowsK; ++j) {
+        const uint8_t* src = w.data() + size_t(g * cpu::kPackRowsK + j) * wrow;
+        dequantize_row(t, src, want.data(), k);
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* p = packed.data() + size_t(g * cpu::kPackRowsK) * wrow +
+                             size_t(b) * block * cpu::kPackRowsK;
+          uint16_t d;
+          std::memcpy(&d, src + size_t(b) * block, 2);
+          for (int i = 0; i < 32; ++i) {
+            float got;
+            if (t == DType::Q8_0) {
+              const auto& x = *reinterpret_cast<const cpu::BlockQ8_0x16*>(p);
+              ASSERT_EQ(x.d[j], d);
+              got = fp16_to_f32(x.d[j]) * float(x.qs[i / 4][j][i % 4]);
+            } else {
+              const auto& x = *reinterpret_cast<const cpu::BlockQ5_0x16*>(p);
+              ASSERT_EQ(x.d[j], d);
+              const uint8_t byte = x.qs[(i % 16) / 4][j][i % 4];
+              const int nibble = i < 16 ? byte & 0x0f : byte >> 4;
+              const int bit = (x.qh[j][i % 4] >> ((i % 16) / 4 + (i < 16 ? 0 : 4))) & 1;
+              got = fp16_to_f32(x.d[j]) * float((nibble | bit << 4) - 16);
+            }
+            ASSERT_EQ(got, want[size_t(b * 32 + i)]) << dtype_name(t) << " group " << g << " block "
+                                                     << b << " row " << j << " element " << i;
+          }
+        }
+      }
+    const size_t tail = size_t(n / cpu::kPackRowsK * cpu::kPackRowsK) * wrow;
+    EXPECT_EQ(0, std::memcmp(w.data() + tail, packed.data() + tail, w.size() - tail));
+  }
+}
+
+// The scalar row dots over Q8_0 activations; terms counted as (|w| + c d) |a| with c the
+// type's level offset, which the kernels take off separately.
+Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                          int64_t k, int64_t n, int64_t m) {
+  const cpu::DotKernel& dot = *cpu::dot_kernel_scalar(t);
+  const size_t wrow = row_bytes(t, k), arow = row_bytes(DType::Q8_0, k),
+               block = wrow / size_t(k / 32);
+  const double c = t == DType::Q8_0 ? 128 : 16;
+  std::vector<uint8_t> act(arow * size_t(m));
+  Reference ref{std::vector<float>(size_t(n * m)), std::vector<double>(size_t(n * m))};
+  std::vector<float> wf(static_cast<size_t>(k)), af(static_cast<size_t>(k));
+  for (int64_t col = 0; col < m; ++col) {
+    cpu::dot_kernel_scalar(DType::Q8_0)
+        ->act_from_f32(x.data() + col * k, act.data() + arow * size_t(col), k);
+    dequantize_row(DType::Q8_0, act.data() + arow * size_t(col), af.data(), k);
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* row = w.data() + wrow * size_t(r);
+      ref.y[size_t(col * n + r)] = dot.dot(k, row, act.data() + arow * size_t(col));
+      dequantize_row(t, row, wf.data(), k);
+      double s = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        uint16_t d;
+        std::memcpy(&d, row + size_t(i / 32) * block, 2);
+        s += (std::fabs(double(wf[size_t(i)])) + c * std::fabs(fp16_to_f32(d))) *
+             std::fabs(af[size_t(i)]);
+      }
+      ref.size[size_t(col * n + r)] = s;
+    }
+  }
+  return ref;
+}
+
+class PackedSmall : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (best_isa_level() < IsaLevel::Avx512)
+      GTEST_SKIP() << "this CPU does not run the avx512 kernels (best level: "
+                   << isa_level_name(best_isa_level()) << ")";
+    kernel_ = cpu::packed_kernel(GetParam(), IsaLevel::Avx512);
+    ASSERT_NE(kernel_, nullptr);
+    ASSERT_EQ(kernel_->gemm.rows, cpu::kPackRowsK);
+  }
+  const cpu::PackedKernel* kernel_ = nullptr;
+};
+
+INSTANTIATE_TEST_SUITE_P(Packed, PackedSmall, ::testing::Values(DType::Q5_0, DType::Q8_0),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
+  const DType t = GetParam();
+  std::mt19937 rng(51 + unsigned(t));
+  for (int64_t k : {32, 32 * 7, 2048 + 32}) {
+    for (int64_t n : {16, 37, 131}) {
+      std::vector<uint8_t> w = random_rows(t, n, k, rng);
+      for (int64_t m : {1, 2, 3, 8, 9, 17}) {
+        std::vector<float> x = random_activations(m, k, rng);
+        const Reference ref = small_reference(t, w, x, k, n, m);
+        for (int threads : {1, 3}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " K=" + std::to_string(k) +
+                       " N=" + std::to_string(n) + " M=" + std::to_string(m) + " threads " +
+                       std::to_string(threads));
+          cpu::PackedWeights cache;
+          const std::vector<float> got =
+              packed_matmul(w, x, k, n, m, IsaLevel::Avx512, threads, cache, t);
+          EXPECT_EQ(cache.bytes(), w.size());
+          int failures = 0;
+          for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+            const double bound = 1e-5 * ref.size[i];
+            if (!(std::fabs(double(got[i]) - ref.y[i]) <= bound)) {
+              ++failures;
+              ADD_FAILURE() << "row " << i % size_t(n) << " column " << i / size_t(n) << ": packed "
+                            << got[i] << ", row dot " << ref.y[i] << ", bound " << bound;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PackedSmall, TilesReadNothingPastTheirGroupAndColumns) {
+  const DType t = GetParam();
+  std::mt19937 rng(53);
+  ThreadPool pool(1);
+  const cpu::GemmKernel& g = kernel_->gemm;
+  for (int64_t k : {32, 96}) {
+    std::vector<uint8_t> w = random_rows(t, g.rows, k, rng);
+    std::vector<uint8_t> packed(w.size());
+    cpu::pack_rows(t, g.rows, w.data(), packed.data(), k, g.rows, pool);
+    GuardedBytes gw(packed.data(), packed.size());
+    for (int width = 1; width <= g.cols; ++width) {
+      SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));
+      std::vector<float> x = random_activations(width, k, rng);
+      const size_t stride = kernel_->act_row_bytes(k);
+      std::vector<uint8_t> act(stride * size_t(width));
+      for (int c = 0; c < width; ++c)
+        kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
+      GuardedBytes ga(act.data(), act.size());
+      std::vector<float> y(size_t(g.rows * width));
+      g.tiles[width - 1](k, gw.data(), 0, ga.data(), stride, y.data(), size_t(g.rows));
+      const Reference ref = small_reference(t, w, x, k, g.rows, width);
+      for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref.y[i], 1e-5 * ref.size[i]);
+    }
+  }
+}
+
+TEST_P(PackedSmall, TailDotMatchesTheRowDot) {
+  const DType t = GetParam();
+  std::mt19937 rng(57);
+  for (int64_t k : {32, 32 * 5, 2048 + 96}) {
+    std::vector<uint8_t> w = random_rows(t, 1, k, rng);
+    std::vector<float> x = random_activations(1, k, rng);
+    std::vector<uint8_t> act(kernel_->act_row_bytes(k));
+    kernel_->act_from_f32(x.data(), act.data(), k);
+    const Reference ref = small_reference(t, w, x, k, 1, 1);
+    EXPECT_NEAR(kernel_->tail_dot(k, w.data(), act.data()), ref.y[0], 1e-5 * ref.size[0])
+        << "K=" << k;
+  }
+}
+
 }  // namespace
 }  // namespace ps

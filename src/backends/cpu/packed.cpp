@@ -37,6 +37,37 @@ void pack_q4_0x16_group(const BlockQ4_0* rows, BlockQ4_0x16* dst, int64_t nb) {
   }
 }
 
+void pack_q5_0x16_group(const BlockQ5_0* rows, BlockQ5_0x16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ5_0x16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockQ5_0& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      for (int v = 0; v < 4; ++v) std::memcpy(p.qs[v][j], src.qs + 4 * v, 4);
+      uint32_t bits;
+      std::memcpy(&bits, src.qh, 4);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t byte = 0;
+        for (int v = 0; v < 4; ++v)
+          byte = uint8_t(byte | ((bits >> (4 * v + i)) & 1) << v |
+                         ((bits >> (16 + 4 * v + i)) & 1) << (4 + v));
+        p.qh[j][i] = byte;
+      }
+    }
+  }
+}
+
+void pack_q8_0x16_group(const BlockQ8_0* rows, BlockQ8_0x16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockQ8_0x16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockQ8_0& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      for (int v = 0; v < 8; ++v) std::memcpy(p.qs[v][j], src.qs + 4 * v, 4);
+    }
+  }
+}
+
 // Group g of rows into BlockQ4_Kx16 or BlockQ5_Kx16 super-blocks (see packed.h).
 template <typename Block, typename Packed>
 void pack_k4_group(const Block* rows, Packed* dst, int64_t nb) {
@@ -114,6 +145,8 @@ PackedLayout packed_layout(DType w, int rows, int64_t k) {
       return {rows, row_bytes(w, k)};
     case DType::Q4_K:
       return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::Q5_0:
+    case DType::Q8_0:
     case DType::Q2_K:
       return {kPackRowsK, row_bytes(w, k)};
     case DType::Q3_K:
@@ -162,6 +195,12 @@ void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
                     k / QK_K);
+    else if (w == DType::Q5_0)
+      pack_q5_0x16_group(reinterpret_cast<const BlockQ5_0*>(from),
+                         reinterpret_cast<BlockQ5_0x16*>(to), k / QK5_0);
+    else if (w == DType::Q8_0)
+      pack_q8_0x16_group(reinterpret_cast<const BlockQ8_0*>(from),
+                         reinterpret_cast<BlockQ8_0x16*>(to), k / QK8_0);
     else if (w == DType::Q2_K)
       pack_k2_group(reinterpret_cast<const BlockQ2_K*>(from), reinterpret_cast<BlockQ2_Kx16*>(to),
                     k / QK_K);

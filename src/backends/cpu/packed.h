@@ -19,6 +19,9 @@
 //
 // Q4_0x16 packs 16 rows for 512-bit vectors the same way: a block is the 16 rows' fp16 scales,
 // then four 64-byte vectors, the v-th holding bytes 4v..4v+3 of every row's qs, row j at 4j.
+// Q5_0x16 puts the rows' fifth bits between the two, rearranged so that bit v of row j's byte i
+// is the high bit of element 4v + i and bit 4 + v that of element 16 + 4v + i. Q8_0x16: the
+// scales, then eight vectors of bytes 4v..4v+3 of every row's qs. All take exactly their bytes.
 //
 // Q4_Kx16 packs groups of 16 rows for 512-bit vectors, one row per 32-bit lane. A super-block
 // of the group (elements 256b..256b+255 of the 16 rows) holds the rows' fp16 d and dmin, their
@@ -69,6 +72,19 @@ struct BlockQ4_0x8 {
 static_assert(sizeof(BlockQ4_0x8) == kPackRows * sizeof(BlockQ4_0));
 
 inline constexpr int kPackRowsK = 16;  // rows of a Q4_0x16 or k-quant group
+
+struct BlockQ5_0x16 {
+  uint16_t d[kPackRowsK];
+  uint8_t qh[kPackRowsK][4];     // [row][byte]: see above
+  uint8_t qs[4][kPackRowsK][4];  // [v][row][byte]
+};
+static_assert(sizeof(BlockQ5_0x16) == kPackRowsK * sizeof(BlockQ5_0));
+
+struct BlockQ8_0x16 {
+  uint16_t d[kPackRowsK];
+  int8_t qs[8][kPackRowsK][4];  // [v][row][byte]
+};
+static_assert(sizeof(BlockQ8_0x16) == kPackRowsK * sizeof(BlockQ8_0));
 
 struct BlockQ4_0x16 {
   uint16_t d[kPackRowsK];        // fp16 scales of the group's rows
@@ -121,7 +137,7 @@ static_assert(sizeof(BlockQ6_Kx16) == kPackRowsK * sizeof(BlockQ6_K));
 
 // How a type's packed copy in groups of `rows` rows is laid out: the group's rows (0: the type
 // has no such layout) and the bytes each row takes in it. Q4_0 packs in groups of 8 (the AVX2
-// kernels) or 16 (Q4_0x16, the AVX-512 ones); the k-quants in groups of 16.
+// kernels) or 16 (Q4_0x16, the AVX-512 ones); Q5_0, Q8_0 and the k-quants in groups of 16.
 struct PackedLayout {
   int rows = 0;
   size_t row_bytes = 0;
@@ -138,8 +154,9 @@ struct BlockQ8S {
 };
 static_assert(sizeof(BlockQ8S) == 40);
 
-// Activations for Q4_0x16: Q8_0's values with d as a float and -8 times the sum of qs, the
-// offset of Q4_0's levels as the integer a block's dot products start from.
+// Activations for Q4_0x16, Q5_0x16 and Q8_0x16: Q8_0's values with d as a float and -c times
+// the sum of qs, the offset c of the weight type's unsigned levels (8, 16 or 128) as the
+// integer a block's dot products start from.
 struct BlockQ8O {
   float d;
   int32_t offset;

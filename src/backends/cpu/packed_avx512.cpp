@@ -37,10 +37,10 @@
 namespace ps::cpu {
 namespace {
 
-// How far ahead the tiles ask for weights: about one k-quant super-block of 16 rows, or eight
-// Q4_0 blocks of 16 rows (2304 bytes).
+// How far ahead the tiles ask for weights: one k-quant super-block of 16 rows (1344 to 3360
+// bytes), or as many 32-element blocks of 16 rows as make about 2 KiB.
 constexpr int kPrefetchBlocks = 1;
-constexpr int kPrefetchBlocksQ4_0 = 8;
+constexpr size_t kPrefetchBytes = 2304;
 
 int32_t load_i32(const void* p) {
   int32_t v;
@@ -357,38 +357,77 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * y_stride, acc[c]);
 }
 
-// ---- Q4_0x16 -----------------------------------------------------------------------------
+// ---- Q4_0x16, Q5_0x16, Q8_0x16 ------------------------------------------------------------
 
+// Per type: the level offset (levels are stored unsigned, value + offset) and how a block's
+// levels are read (see packed.h).
+template <typename Block>
+struct Small;
+template <>
+struct Small<BlockQ4_0x16> {
+  using Row = BlockQ4_0;
+  static constexpr int offset = 8;
+};
+template <>
+struct Small<BlockQ5_0x16> {
+  using Row = BlockQ5_0;
+  static constexpr int offset = 16;
+};
+template <>
+struct Small<BlockQ8_0x16> {
+  using Row = BlockQ8_0;
+  static constexpr int offset = 128;
+};
+
+// Q8_0 activations with the float scale and -offset x sum(qs), the integer a block's dot
+// products start from.
+template <typename Block>
 void act_q8o(const float* x, void* dst, int64_t n) {
   BlockQ8O* y = static_cast<BlockQ8O*>(dst);
   for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
     const Q8Block q = quantize_q8_block(x, y[b].qs);
     // The fp16-rounded scale, so the values are exactly those of a Q8_0 block.
     y[b].d = half_to_float(_cvtss_sh(q.d, _MM_FROUND_TO_NEAREST_INT));
-    y[b].offset = -8 * q.sum;
+    y[b].offset = -Small<Block>::offset * q.sum;
   }
 }
 
-// A GGUF-layout Q4_0 row (past the last whole group) against BlockQ8O activations.
-float tail_dot_q4_0(int64_t n, const void* wv, const void* av) {
-  const BlockQ4_0* w = static_cast<const BlockQ4_0*>(wv);
+// A GGUF-layout row (past the last whole group) against BlockQ8O activations: its 32 levels,
+// unsigned, as bytes.
+template <typename Block>
+__m256i row_levels(const typename Small<Block>::Row& r) {
+  if constexpr (std::is_same_v<Block, BlockQ8_0x16>)
+    return _mm256_xor_si256(load_bytes(r.qs), _mm256_set1_epi8(char(0x80)));
+  else if constexpr (std::is_same_v<Block, BlockQ5_0x16>)
+    return _mm256_or_si256(unpack_nibbles(r.qs), unpack_fifth_bits(r.qh));
+  else
+    return unpack_nibbles(r.qs);
+}
+
+template <typename Block>
+float tail_dot_small(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const typename Small<Block>::Row*>(wv);
   const BlockQ8O* a = static_cast<const BlockQ8O*>(av);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / QK4_0; ++b) {
+  for (int64_t b = 0; b < n / QK8_0; ++b) {
     const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
-                                            unpack_nibbles(w[b].qs), load_bytes(a[b].qs));
+                                            row_levels<Block>(w[b]), load_bytes(a[b].qs));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(w[b].d) * a[b].d), _mm256_cvtepi32_ps(dot),
                           acc);
   }
   return hsum(acc);
 }
 
-// 16 rows x C columns of Q4_0x16: per block and column, eight vpdpbusd from -8 x the
-// activations' sum (two chains), one conversion and one FMA with d_w d_a.
-template <int C>
-void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
-                  size_t y_stride) {
-  const auto* w = static_cast<const BlockQ4_0x16*>(wv);
+// 16 rows x C columns of 32-element blocks: per block and column, eight vpdpbusd from the
+// activations' offset term (two chains), one conversion and one FMA with d_w d_a. Q4_0 and
+// Q5_0 take two 32-bit lanes' worth of levels from each load (low and high nibbles), Q8_0 one
+// (its signed levels made unsigned by an xor with 0x80).
+template <typename Block, int C>
+void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                    size_t y_stride) {
+  constexpr bool q8 = std::is_same_v<Block, BlockQ8_0x16>;
+  constexpr bool five = std::is_same_v<Block, BlockQ5_0x16>;
+  const auto* w = static_cast<const Block*>(wv);
   const BlockQ8O* a[C];
   for (int c = 0; c < C; ++c)
     a[c] = reinterpret_cast<const BlockQ8O*>(static_cast<const char*>(av) + size_t(c) * a_stride);
@@ -396,26 +435,51 @@ void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  const int64_t nb = k / QK4_0;
+  const int64_t nb = k / QK8_0;
   for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ4_0x16& x = w[b];
-    prefetch_block(w + b, kPrefetchBlocksQ4_0);
+    const Block& x = w[b];
+    prefetch_block(w + b, int(kPrefetchBytes / sizeof(Block)));
     __m512i lo[C], hi[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       lo[c] = _mm512_set1_epi32(a[c][b].offset);
       hi[c] = _mm512_setzero_si512();
     }
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __m512i raw = _mm512_loadu_si512(x.qs[v]);
-      const __m512i ql = _mm512_and_si512(raw, low4);
-      const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    if constexpr (q8) {
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        lo[c] = _mm512_dpbusd_epi32(lo[c], ql, _mm512_set1_epi32(load_i32(a[c][b].qs + 4 * v)));
-        hi[c] =
-            _mm512_dpbusd_epi32(hi[c], qh, _mm512_set1_epi32(load_i32(a[c][b].qs + 16 + 4 * v)));
+      for (int v = 0; v < 8; ++v) {
+        const __m512i q =
+            _mm512_xor_si512(_mm512_loadu_si512(x.qs[v]), _mm512_set1_epi8(char(0x80)));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m512i qa = _mm512_set1_epi32(load_i32(a[c][b].qs + 4 * v));
+          if (v % 2 == 0)
+            lo[c] = _mm512_dpbusd_epi32(lo[c], q, qa);
+          else
+            hi[c] = _mm512_dpbusd_epi32(hi[c], q, qa);
+        }
+      }
+    } else {
+      __m512i fifth = _mm512_setzero_si512();
+      if constexpr (five) fifth = _mm512_loadu_si512(x.qh);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const __m512i raw = _mm512_loadu_si512(x.qs[v]);
+        __m512i ql = _mm512_and_si512(raw, low4);
+        __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        if constexpr (five) {
+          const __m512i sixteen = _mm512_set1_epi8(16);
+          ql = _mm512_mask_add_epi8(
+              ql, _mm512_test_epi8_mask(fifth, _mm512_set1_epi8(char(1 << v))), ql, sixteen);
+          qh = _mm512_mask_add_epi8(
+              qh, _mm512_test_epi8_mask(fifth, _mm512_set1_epi8(char(16 << v))), qh, sixteen);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          lo[c] = _mm512_dpbusd_epi32(lo[c], ql, _mm512_set1_epi32(load_i32(a[c][b].qs + 4 * v)));
+          hi[c] =
+              _mm512_dpbusd_epi32(hi[c], qh, _mm512_set1_epi32(load_i32(a[c][b].qs + 16 + 4 * v)));
+        }
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
@@ -429,18 +493,24 @@ void q4_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
 }
 
 constexpr int kTileCols = 6;
-constexpr int kTileColsQ4_0 = 8;
+constexpr int kTileColsSmall = 8;
 constexpr int kTileColsQ6_K = 6;
 constexpr int kTileColsQ2_K = 4;  // five accumulators a column
 constexpr int kTileColsQ3_K = 6;
 
-template <int... I>
-constexpr GemmKernel make_q4_0x16(std::integer_sequence<int, I...>) {
-  return GemmKernel{kPackRowsK, kTileColsQ4_0, {q4_0x16_tile<I + 1>...}};
+template <typename Block, int... I>
+constexpr GemmKernel make_small_x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileColsSmall, {small_x16_tile<Block, I + 1>...}};
+}
+template <typename Block>
+constexpr PackedKernel small_kernel() {
+  return PackedKernel{QK8_0, sizeof(BlockQ8O), act_q8o<Block>, tail_dot_small<Block>,
+                      make_small_x16<Block>(std::make_integer_sequence<int, kTileColsSmall>{})};
 }
 
-constexpr PackedKernel kQ4_0{QK4_0, sizeof(BlockQ8O), act_q8o, tail_dot_q4_0,
-                             make_q4_0x16(std::make_integer_sequence<int, kTileColsQ4_0>{})};
+constexpr PackedKernel kQ4_0 = small_kernel<BlockQ4_0x16>();
+constexpr PackedKernel kQ5_0 = small_kernel<BlockQ5_0x16>();
+constexpr PackedKernel kQ8_0 = small_kernel<BlockQ8_0x16>();
 
 template <typename Block, int... I>
 constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
@@ -477,6 +547,10 @@ const PackedKernel* packed_kernel_avx512(DType w) {
   switch (w) {
     case DType::Q4_0:
       return &kQ4_0;
+    case DType::Q5_0:
+      return &kQ5_0;
+    case DType::Q8_0:
+      return &kQ8_0;
     case DType::Q2_K:
       return &kQ2_K;
     case DType::Q3_K:
