@@ -378,7 +378,7 @@ def main():
     finally:
         srv.stop()
 
-    # The default model: its gemma chat format, streamed and not.
+    # The default model: its gemma chat format and completions, streamed and not.
     if default_model and os.path.exists(default_model):
         srv = Server(b, default_model, ["-np", "2", "-c", "512"])
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none",
@@ -402,6 +402,16 @@ def main():
                                             max_tokens=8, temperature=0).choices[0].text
             if got != want:
                 fail(f"default model completion: {got!r}, run gives {want!r}")
+            streamed = "".join(ch.choices[0].text for ch in
+                               client.completions.create(model="x",
+                                                         prompt="The capital of France is",
+                                                         max_tokens=8, temperature=0,
+                                                         stream=True) if ch.choices)
+            if streamed != want:
+                fail(f"default model streamed completion: {streamed!r}, run gives {want!r}")
+            ids = [m.id for m in client.models.list().data]
+            if ids != [os.path.basename(default_model)]:
+                fail(f"default model: models.list gives {ids}")
         finally:
             srv.stop()
     else:

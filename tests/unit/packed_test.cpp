@@ -798,5 +798,158 @@ TEST_P(PackedSmall, TailDotMatchesTheRowDot) {
   }
 }
 
+// ---- BF16x16 (AVX512_BF16) --------------------------------------------------------------------
+
+class PackedBF16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (best_isa_level() < IsaLevel::Avx512 || !cpu_features().avx512_bf16)
+      GTEST_SKIP() << "this CPU has no AVX512_BF16 (best level: "
+                   << isa_level_name(best_isa_level()) << ")";
+    kernel_ = cpu::packed_kernel(DType::BF16, IsaLevel::Avx512);
+    ASSERT_NE(kernel_, nullptr);
+    std::printf("[ level    ] avx512 + avx512_bf16 packed BF16 kernels\n");
+  }
+  const cpu::PackedKernel* kernel_ = nullptr;
+};
+
+std::vector<uint8_t> random_bf16(int64_t n, int64_t k, std::mt19937& rng) {
+  const std::vector<float> f = random_activations(n, k, rng);
+  std::vector<uint8_t> w(row_bytes(DType::BF16, k) * size_t(n));
+  quantize_row(DType::BF16, f.data(), w.data(), n * k);
+  return w;
+}
+
+// The reference: each activation rounded to BF16 (to nearest even), products summed in double.
+// Products of two BF16 values are exact in float, so the kernels differ by float additions
+// only: within 1e-5 of the sum of |terms|. Against the unrounded activations, within 2^-8.
+struct BF16Reference {
+  Reference rounded;
+  std::vector<double> exact;
+};
+
+BF16Reference bf16_reference(const std::vector<uint8_t>& w, const std::vector<float>& x, int64_t k,
+                             int64_t n, int64_t m) {
+  BF16Reference ref{{std::vector<float>(size_t(n * m)), std::vector<double>(size_t(n * m))},
+                    std::vector<double>(size_t(n * m))};
+  std::vector<float> wf(size_t(n * k)), ab(static_cast<size_t>(k));
+  dequantize_row(DType::BF16, w.data(), wf.data(), n * k);
+  std::vector<uint8_t> bytes(row_bytes(DType::BF16, k));
+  for (int64_t c = 0; c < m; ++c) {
+    quantize_row(DType::BF16, x.data() + c * k, bytes.data(), k);  // round to nearest even
+    dequantize_row(DType::BF16, bytes.data(), ab.data(), k);
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0, size = 0, exact = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double wv = wf[size_t(r * k + i)];
+        s += wv * ab[size_t(i)];
+        size += std::fabs(wv * ab[size_t(i)]);
+        exact += wv * x[size_t(c * k + i)];
+      }
+      ref.rounded.y[size_t(c * n + r)] = float(s);
+      ref.rounded.size[size_t(c * n + r)] = size;
+      ref.exact[size_t(c * n + r)] = exact;
+    }
+  }
+  return ref;
+}
+
+TEST(PackedLayout, BF16x16GroupsHoldPairsOfEachRowPerLane) {
+  std::mt19937 rng(4);
+  ThreadPool pool(2);
+  const int64_t n = 37, k = 10;
+  const std::vector<uint8_t> w = random_bf16(n, k, rng);
+  std::vector<uint8_t> packed(w.size(), 0xAA);
+  cpu::pack_rows(DType::BF16, cpu::kPackRowsK, w.data(), packed.data(), k, n, pool);
+  const auto* rows = reinterpret_cast<const uint16_t*>(w.data());
+  const auto* p = reinterpret_cast<const uint16_t*>(packed.data());
+  for (int64_t g = 0; g < n / cpu::kPackRowsK; ++g)
+    for (int j = 0; j < cpu::kPackRowsK; ++j)
+      for (int64_t e = 0; e < k; ++e)
+        ASSERT_EQ(
+            p[size_t(g * cpu::kPackRowsK * k + (e / 2) * 2 * cpu::kPackRowsK + 2 * j + e % 2)],
+            rows[size_t((g * cpu::kPackRowsK + j) * k + e)])
+            << "group " << g << " row " << j << " element " << e;
+  const size_t tail = size_t(n / cpu::kPackRowsK * cpu::kPackRowsK) * row_bytes(DType::BF16, k);
+  EXPECT_EQ(0, std::memcmp(w.data() + tail, packed.data() + tail, w.size() - tail));
+  EXPECT_EQ(cpu::packed_layout(DType::BF16, cpu::kPackRowsK, 7).rows, 0);  // odd rows
+}
+
+TEST_F(PackedBF16, MatmulMatchesBF16RoundedActivations) {
+  std::mt19937 rng(61);
+  for (int64_t k : {2, 30, 64, 2048 + 34}) {
+    for (int64_t n : {16, 37, 131}) {
+      std::vector<uint8_t> w = random_bf16(n, k, rng);
+      for (int64_t m : {1, 2, 3, 8, 9, 17}) {
+        std::vector<float> x = random_activations(m, k, rng);
+        const BF16Reference ref = bf16_reference(w, x, k, n, m);
+        for (int threads : {1, 3}) {
+          SCOPED_TRACE("K=" + std::to_string(k) + " N=" + std::to_string(n) +
+                       " M=" + std::to_string(m) + " threads " + std::to_string(threads));
+          cpu::PackedWeights cache;
+          const std::vector<float> got =
+              packed_matmul(w, x, k, n, m, IsaLevel::Avx512, threads, cache, DType::BF16);
+          EXPECT_EQ(cache.bytes(), w.size());
+          int failures = 0;
+          for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+            const double bound = 1e-5 * ref.rounded.size[i];
+            const double loose = std::ldexp(1.0, -8) * ref.rounded.size[i];
+            if (!(std::fabs(double(got[i]) - ref.rounded.y[i]) <= bound) ||
+                !(std::fabs(double(got[i]) - ref.exact[i]) <= loose)) {
+              ++failures;
+              ADD_FAILURE() << "row " << i % size_t(n) << " column " << i / size_t(n) << ": packed "
+                            << got[i] << ", rounded " << ref.rounded.y[i] << ", exact "
+                            << ref.exact[i] << ", bound " << bound;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(PackedBF16, TilesReadNothingPastTheirGroupAndColumns) {
+  std::mt19937 rng(63);
+  ThreadPool pool(1);
+  const cpu::GemmKernel& g = kernel_->gemm;
+  for (int64_t k : {2, 34}) {
+    std::vector<uint8_t> w = random_bf16(g.rows, k, rng);
+    std::vector<uint8_t> packed(w.size());
+    cpu::pack_rows(DType::BF16, g.rows, w.data(), packed.data(), k, g.rows, pool);
+    GuardedBytes gw(packed.data(), packed.size());
+    for (int width = 1; width <= g.cols; ++width) {
+      SCOPED_TRACE("K=" + std::to_string(k) + " width " + std::to_string(width));
+      std::vector<float> x = random_activations(width, k, rng);
+      const size_t stride = kernel_->act_row_bytes(k);
+      std::vector<uint8_t> act(stride * size_t(width));
+      for (int c = 0; c < width; ++c)
+        kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
+      GuardedBytes ga(act.data(), act.size());
+      std::vector<float> y(size_t(g.rows * width));
+      g.tiles[width - 1](k, gw.data(), 0, ga.data(), stride, y.data(), size_t(g.rows));
+      const BF16Reference ref = bf16_reference(w, x, k, g.rows, width);
+      for (size_t i = 0; i < y.size(); ++i)
+        EXPECT_NEAR(y[i], ref.rounded.y[i], 1e-5 * ref.rounded.size[i]);
+    }
+  }
+}
+
+TEST_F(PackedBF16, TailDotAndActivationsMatchTheReference) {
+  std::mt19937 rng(67);
+  for (int64_t k : {2, 30, 66, 2048 + 2}) {
+    std::vector<uint8_t> w = random_bf16(1, k, rng);
+    std::vector<float> x = random_activations(1, k, rng);
+    std::vector<uint8_t> act(kernel_->act_row_bytes(k)), want(row_bytes(DType::BF16, k));
+    kernel_->act_from_f32(x.data(), act.data(), k);
+    quantize_row(DType::BF16, x.data(), want.data(), k);
+    ASSERT_EQ(act.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(act.data(), want.data(), act.size())) << "K=" << k;
+    const BF16Reference ref = bf16_reference(w, x, k, 1, 1);
+    EXPECT_NEAR(kernel_->tail_dot(k, w.data(), act.data()), ref.rounded.y[0],
+                1e-5 * ref.rounded.size[0])
+        << "K=" << k;
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -68,6 +68,12 @@ void pack_q8_0x16_group(const BlockQ8_0* rows, BlockQ8_0x16* dst, int64_t nb) {
   }
 }
 
+void pack_bf16x16_group(const uint16_t* rows, uint8_t* dst, int64_t k) {
+  for (int64_t p = 0; p < k / 2; ++p)
+    for (int j = 0; j < kPackRowsK; ++j)
+      std::memcpy(dst + 64 * p + 4 * j, rows + size_t(j) * size_t(k) + 2 * p, 4);
+}
+
 // Group g of rows into BlockQ4_Kx16 or BlockQ5_Kx16 super-blocks (see packed.h).
 template <typename Block, typename Packed>
 void pack_k4_group(const Block* rows, Packed* dst, int64_t nb) {
@@ -145,6 +151,9 @@ PackedLayout packed_layout(DType w, int rows, int64_t k) {
       return {rows, row_bytes(w, k)};
     case DType::Q4_K:
       return {kPackRowsK, sizeof(BlockQ4_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::BF16:
+      if (k % 2 != 0) return {};
+      return {kPackRowsK, row_bytes(w, k)};
     case DType::Q5_0:
     case DType::Q8_0:
     case DType::Q2_K:
@@ -164,6 +173,7 @@ const PackedKernel* packed_kernel(DType w, IsaLevel isa) {
   const IsaLevel best = best_isa_level();
   const IsaLevel level = isa < best ? isa : best;
   if (level >= IsaLevel::Avx512) {
+    if (w == DType::BF16 && cpu_features().avx512_bf16) return packed_kernel_avx512_bf16(w);
     if (const PackedKernel* k = packed_kernel_avx512(w)) return k;
   }
   // The AVX2 Q4_0 kernel serves AVX-512 CPUs too: decode is bound by the weight stream, which
@@ -195,6 +205,8 @@ void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
                     k / QK_K);
+    else if (w == DType::BF16)
+      pack_bf16x16_group(reinterpret_cast<const uint16_t*>(from), to, k);
     else if (w == DType::Q5_0)
       pack_q5_0x16_group(reinterpret_cast<const BlockQ5_0*>(from),
                          reinterpret_cast<BlockQ5_0x16*>(to), k / QK5_0);

@@ -35,6 +35,9 @@
 // row's qh, whose bit 2p (2p + 1) is the high bit of the low (high) nibbles of that u in pair p.
 // 2880 bytes for 16 rows' 2816 (2.3 %).
 //
+// BF16x16 (CPUs with AVX512_BF16) packs 16 rows of an even length: for each pair of elements
+// 2p, 2p + 1, the pair of every row, row j at bytes 4j .. 4j + 3 of a 64-byte vector. Same bytes.
+//
 // Q2_Kx16 and Q3_Kx16 follow Q6_Kx16's order for the sub-blocks of 16: scales by pairs (Q2_K's
 // bytes as GGUF has them, scale | min << 4; Q3_K's unpacked to signed bytes, 64 more bytes per
 // 16 rows than its packed 6 bits: 1824 for 1760, 3.6 %), then Q3_K's hmask as bytes 4u .. 4u + 3
@@ -137,7 +140,8 @@ static_assert(sizeof(BlockQ6_Kx16) == kPackRowsK * sizeof(BlockQ6_K));
 
 // How a type's packed copy in groups of `rows` rows is laid out: the group's rows (0: the type
 // has no such layout) and the bytes each row takes in it. Q4_0 packs in groups of 8 (the AVX2
-// kernels) or 16 (Q4_0x16, the AVX-512 ones); Q5_0, Q8_0 and the k-quants in groups of 16.
+// kernels) or 16 (Q4_0x16, the AVX-512 ones); BF16 (rows of even length), Q5_0, Q8_0 and the
+// k-quants in groups of 16.
 struct PackedLayout {
   int rows = 0;
   size_t row_bytes = 0;
@@ -182,6 +186,7 @@ struct PackedKernel {
 const PackedKernel* packed_kernel(DType w, IsaLevel isa);
 const PackedKernel* packed_kernel_avx2(DType w);
 const PackedKernel* packed_kernel_avx512(DType w);
+const PackedKernel* packed_kernel_avx512_bf16(DType w);
 
 // Packs n rows of k elements of type w (GGUF layout, rows contiguous) in groups of `rows` into
 // dst, which holds n * packed_layout(w, rows, k).row_bytes bytes. Throws BackendError for a
