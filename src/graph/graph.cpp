@@ -182,14 +182,19 @@ Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
 }
 
 Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale,
-                    RopeMode mode) {
+                    RopeMode mode, Tensor* freq_factors, float attn_factor) {
   if (pos->type != DType::I32 || pos->ne[0] != x->ne[2] || n_rot > x->ne[0] || n_rot % 2 != 0)
     bad_shapes(OpKind::Rope, x, pos);
-  Tensor* t = node(OpKind::Rope, DType::F32, x->ne, {x, pos});
+  if (freq_factors && (freq_factors->type != DType::F32 || !freq_factors->is_contiguous() ||
+                       freq_factors->n_elements() != n_rot / 2))
+    bad_shapes(OpKind::Rope, x, freq_factors);
+  Tensor* t = freq_factors ? node(OpKind::Rope, DType::F32, x->ne, {x, pos, freq_factors})
+                           : node(OpKind::Rope, DType::F32, x->ne, {x, pos});
   t->iparams[0] = n_rot;
   t->iparams[1] = int32_t(mode);
   t->fparams[0] = freq_base;
   t->fparams[1] = freq_scale;
+  t->fparams[2] = attn_factor;
   return t;
 }
 

@@ -28,7 +28,11 @@ class Graph {
   Tensor* gelu(Tensor* x);
   Tensor* scale(Tensor* x, float s);
   Tensor* swiglu(Tensor* gate, Tensor* up);
-  Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale, RopeMode mode);
+  // freq_factors (optional, F32 [n_rot / 2]): pair i's angle is divided by factor i (Llama 3.1's
+  // and LongRoPE's per-dimension frequency factors, ggml's rope freq_factors). attn_factor
+  // scales the rotated values (LongRoPE's magnitude correction); the rest pass unchanged.
+  Tensor* rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale, RopeMode mode,
+               Tensor* freq_factors = nullptr, float attn_factor = 1.0f);
   Tensor* softmax(Tensor* x, float scale, int32_t causal_offset);
   // Writes src converted to dst's type into dst's bytes; returns a node later ops may depend on.
   Tensor* copy(Tensor* src, Tensor* dst);

@@ -23,7 +23,9 @@ enum class OpKind : uint8_t {
   Gelu,       // tanh approximation
   Scale,      // src0 * fparams[0]
   SwiGlu,     // silu(src0) * src1
-  Rope,       // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens]
+  Rope,       // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens], src2
+              // optional F32 frequency factors [n_rot / 2]; iparams: n_rot, mode; fparams:
+              // base, scale, attn_factor
   SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
   Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx];

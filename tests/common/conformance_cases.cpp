@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -143,6 +144,20 @@ std::vector<std::unique_ptr<Case>> all_cases() {
             c.tolerance = 1e-4;
           });
     }
+    // Per-pair frequency factors (Llama 3.1, LongRoPE): between 1 and 40, none alike.
+    builders.emplace_back(
+        fmt::format("rope {} n_rot 12 freq_factors", mode == RopeMode::NeoX ? "neox" : "normal"),
+        [=](Case& c, std::mt19937& rng) {
+          Tensor* x = c.random_leaf("x", DType::F32, {14, 3, 5, 1}, rng);
+          Tensor* pos = c.int_leaf("pos", {0, 1, 7, 30, 95});
+          Tensor* f = c.random_leaf("factors", DType::F32, {6, 1, 1, 1}, rng);
+          for (int64_t i = 0; i < 6; ++i) {
+            float& v = static_cast<float*>(f->data)[i];
+            v = 1.0f + std::min(39.0f, 10.0f * std::fabs(v));
+          }
+          c.out = c.graph.rope(x, pos, 12, 500000.0f, 1.0f, mode, f, 1.19f);
+          c.tolerance = 1e-4;
+        });
   }
   for (DType t : {DType::F32, DType::F16}) {
     // Rows of 8 values into positions 2..4 of a [8, 2 heads, 6 positions] cache: a strided view.

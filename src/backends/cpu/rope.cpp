@@ -13,16 +13,18 @@ void rope(Context& ctx, Tensor& node) {
   const int32_t* pos = static_cast<const int32_t*>(node.src[1]->data);
   const int n_rot = node.iparams[0];
   const bool neox = RopeMode(node.iparams[1]) == RopeMode::NeoX;
-  const double base = node.fparams[0], freq_scale = node.fparams[1];
+  const double base = node.fparams[0], freq_scale = node.fparams[1], mscale = node.fparams[2];
   const int64_t hd = x.ne[0], n_heads = x.ne[1], n_tokens = x.ne[2];
   const int half = n_rot / 2;
+  const float* factors = node.src[2] ? static_cast<const float*>(node.src[2]->data) : nullptr;
 
   ctx.pool->parallel_for(n_tokens, [&](int64_t t, int) {
     std::vector<float> cs(size_t(half) * 2);
     for (int i = 0; i < half; ++i) {
-      const double theta = double(pos[t]) * freq_scale * std::pow(base, -2.0 * i / n_rot);
-      cs[size_t(2 * i)] = float(std::cos(theta));
-      cs[size_t(2 * i + 1)] = float(std::sin(theta));
+      double theta = double(pos[t]) * freq_scale * std::pow(base, -2.0 * i / n_rot);
+      if (factors) theta /= double(factors[i]);
+      cs[size_t(2 * i)] = float(std::cos(theta) * mscale);
+      cs[size_t(2 * i + 1)] = float(std::sin(theta) * mscale);
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* in = reinterpret_cast<const float*>(row_ptr(x, h, t));

@@ -5,8 +5,8 @@
 namespace ps::gpu {
 namespace {
 
-__global__ void rope_kernel(View x, View d, const int32_t* pos, int n_rot, bool neox, double base,
-                            double freq_scale, int64_t n) {
+__global__ void rope_kernel(View x, View d, const int32_t* pos, const float* factors, int n_rot,
+                            bool neox, double base, double freq_scale, double mscale, int64_t n) {
   const int half = n_rot / 2;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * blockDim.x) {
@@ -22,8 +22,9 @@ __global__ void rope_kernel(View x, View d, const int32_t* pos, int n_rot, bool 
     if (!first) continue;
     const int k = neox ? int(i) : int(i) / 2;
     const int64_t a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
-    const double theta = double(pos[t]) * freq_scale * pow(base, -2.0 * k / n_rot);
-    const float c = float(cos(theta)), s = float(sin(theta));
+    double theta = double(pos[t]) * freq_scale * pow(base, -2.0 * k / n_rot);
+    if (factors) theta /= double(factors[k]);
+    const float c = float(cos(theta) * mscale), s = float(sin(theta) * mscale);
     const float x0 = in[a], x1 = in[b];
     out[a] = x0 * c - x1 * s;
     out[b] = x0 * s + x1 * c;
@@ -36,9 +37,10 @@ void rope(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
   const int64_t n = x.ne[0] * x.ne[1] * x.ne[2];
   PS_LAUNCH(rope_kernel, blocks_for(n, 256), 256, l.stream, view_of(x), view_of(node),
-            static_cast<const int32_t*>(node.src[1]->data), node.iparams[0],
+            static_cast<const int32_t*>(node.src[1]->data),
+            node.src[2] ? static_cast<const float*>(node.src[2]->data) : nullptr, node.iparams[0],
             RopeMode(node.iparams[1]) == RopeMode::NeoX, double(node.fparams[0]),
-            double(node.fparams[1]), n);
+            double(node.fparams[1]), double(node.fparams[2]), n);
   check_launch("rope");
 }
 

@@ -64,8 +64,9 @@ struct Params {
   uint32_t op;
   uint32_t v_off;
   uint32_t e_off;
+  float fparam2;
 };
-static_assert(sizeof(Params) == 116);
+static_assert(sizeof(Params) == 120);  // within the 128 bytes every device must offer
 
 class VulkanDevice final : public Device {
  public:

@@ -225,12 +225,13 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.ne, p.a_nb, *a, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
       p.iparam = n.iparams[0];
-      p.op = uint32_t(n.iparams[1]);
+      p.op = uint32_t(n.iparams[1]) | (n.src[2] ? 0x100u : 0u);
       p.fparam0 = n.fparams[0];
       p.fparam1 = n.fparams[1];
+      p.fparam2 = n.fparams[2];
       row_grid(uint64_t(a->n_rows()), gy, gz);
-      dispatch("rope", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)}, {&n, sizeof(float)}, none,
-               p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      dispatch("rope", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)}, {&n, sizeof(float)},
+               {n.src[2], sizeof(float)}, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
       return;
     }
     case OpKind::MatMul: {

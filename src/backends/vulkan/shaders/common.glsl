@@ -19,6 +19,7 @@ layout(push_constant) uniform Params {
             // of the whole table
   uint v_off;  // attention: the V cache's first element
   uint e_off;  // attention: the per-token (position, plane) pairs' first element (binding 4)
+  float fparam2;
 }
 p;
 
