@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes a llama- or gemma3-architecture GGUF with random weights and a minimal SentencePiece
-vocab.
+"""Writes a llama-, gemma3-, qwen2-, qwen3- or phi3-architecture GGUF with random weights and a
+minimal SentencePiece vocab.
 
 The file follows the layout and metadata keys of llama.cpp's convert script, so it loads as a
 real model. Weights are random (normal, scaled by 1/sqrt(fan_in) so that every projection keeps
@@ -9,12 +9,35 @@ activations O(1) and attention scores are neither uniform nor one-hot); norm wei
 RoPE convention: like every llama GGUF, attn_q / attn_k are meant for ggml's NORMAL rope mode,
 which rotates adjacent pairs (x[2i], x[2i+1]). The convert script permutes Hugging Face rows
 to get there; random weights need no permutation, they are simply defined in this convention.
-(gemma3 uses the NEOX mode; again nothing to permute.)
+(gemma3, qwen2, qwen3 and phi3 use the NEOX mode, x[i] with x[i + n_rot/2]; again nothing to
+permute.)
 
 --arch gemma3 adds what Gemma 3 has beyond llama: per-head Q/K norms, post-attention and
 post-FFN norms, a head size of its own (--head-dim), a sliding window (--sliding-window) over
 which all layers but every --swa-pattern-th attend, and the sliding layers' RoPE base
 (--rope-freq-base-swa, written only when given). Its output is always tied to the embedding.
+
+--rope-freqs llama3 (llama only) adds Llama 3.1's RoPE frequency factors: rope_freqs.weight
+(F32, n_rot/2), computed as llama.cpp's converter does for rope_scaling.rope_type "llama3" from
+--rope-factor, --low-freq-factor, --high-freq-factor and --original-context (defaults 8, 1, 4 and
+8192, as Llama 3.1). With the tiny preset the defaults already leave the two lowest frequencies
+scaled (factors 1 x6, ~4.68, 8); --original-context 64 scales all but the first (1, ~1.30, ~7.66,
+8 x5), which is what a short test sequence notices.
+
+--arch qwen2: llama plus F32 biases on attn_q / attn_k / attn_v, NEOX RoPE.
+--arch qwen3: llama plus per-head attn_q_norm / attn_k_norm, a head size of its own (written as
+attention.key_length / value_length; the tiny preset uses 32 with n_embd 64 and 4 heads), NEOX
+RoPE. Neither writes rope.dimension_count or vocab_size (their converter does not).
+--arch phi3: fused attn_qkv (Q rows, then K, then V) and fused ffn_up (gate half, then up half),
+no ffn_gate; NEOX RoPE over --rope-dim dims (default the head size); rope.scaling.
+original_context_length (--original-context, default the context length) and
+attention.sliding_window (--sliding-window, 0 = none) are always written, as the converter does.
+--longrope adds LongRoPE's rope_factors_long / rope_factors_short (F32, n_rot/2, fixed smooth
+ramps, long > short) and rope.scaling.attn_factor, by default the converter's
+sqrt(1 + ln(ctx / original) / ln(original)) (1 when ctx <= original); --rope-attn-factor sets it,
+--no-rope-attn-factor leaves the key out (llama.cpp then uses 1).
+qwen2, qwen3 and phi3 write tokenizer.ggml.pre "default", as the converter does for a
+SentencePiece vocab (the vocab is the same SentencePiece-style one as llama's, not a BPE one).
 
 Tensors are generated and written one at a time (each from its own seed), so a bench-1b file
 needs memory for one tensor, not for the whole model.
@@ -55,7 +78,9 @@ PRESETS = {
         n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
     ),
 }
-ARCHITECTURES = ["llama", "gemma3"]
+ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3"]
+NEW_ARCHITECTURES = ("qwen2", "qwen3", "phi3")  # written by tensor_specs_new_arch
+QWEN3_TINY_HEAD_DIM = 32  # the tiny preset's qwen3 head size (n_embd 64 / 4 heads would be 16)
 
 N_SPECIAL = 3  # <unk>, <s>, </s>
 N_FIXED_TOKENS = N_SPECIAL + 256  # plus one byte token per byte value
@@ -84,10 +109,31 @@ class ModelParams:
     sliding_window: int = 0  # gemma3: 0 = every layer global
     swa_pattern: int | None = None  # gemma3: every n-th layer global (None: not written, 6)
     rope_freq_base_swa: float | None = None  # gemma3: None = not written (10000)
+    # llama: Llama 3.1 RoPE frequency factors ("llama3") written as rope_freqs.weight
+    rope_freqs: str = "none"
+    rope_factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int | None = None  # llama3: None = 8192; phi3: None = ctx
+    # phi3
+    longrope: bool = False  # rope_factors_long / rope_factors_short + rope.scaling.attn_factor
+    rope_attn_factor: float | None = None  # None: the converter's formula
+    omit_rope_attn_factor: bool = False
+    n_rot_override: int | None = None  # phi3.rope.dimension_count when not the head size
 
     @property
     def head_dim(self) -> int:
         return self.head_dim_override or self.n_embd // self.n_head
+
+    @property
+    def n_rot(self) -> int:
+        return self.n_rot_override or self.head_dim
+
+    @property
+    def orig_ctx(self) -> int:
+        if self.original_context is not None:
+            return self.original_context
+        return 8192 if self.arch == "llama" else self.ctx
 
 
 def make_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -121,9 +167,138 @@ class TensorSpec:
     shape: tuple[int, ...]  # numpy order: (rows, row_length); GGUF stores it reversed
     qtype: QT
     make: Callable[[np.random.Generator], np.ndarray]
+    random: bool = True  # False: values fixed by the parameters; takes no seed index
+
+
+def llama3_rope_freqs(p: ModelParams) -> np.ndarray:
+    """Llama 3.1 RoPE frequency factors, as llama.cpp's convert_hf_to_gguf.py computes them for
+    rope_scaling.rope_type "llama3" (in float32, like its torch code): per frequency
+    f_i = base^(-2i/dim) with wavelength 2 pi / f_i, 1 below original / high_freq_factor,
+    `factor` above original / low_freq_factor, and in between 1 / ((1 - s) / factor + s) with
+    s = (original / wavelength - low) / (high - low). dim is the head size."""
+    f32 = np.float32
+    dim = p.head_dim
+    freqs = f32(1.0) / (f32(p.rope_freq_base) ** (np.arange(0, dim, 2, dtype=f32) / f32(dim)))
+    old_ctx = f32(p.orig_ctx)
+    low, high, factor = f32(p.low_freq_factor), f32(p.high_freq_factor), f32(p.rope_factor)
+    low_freq_wavelen = old_ctx / low
+    high_freq_wavelen = old_ctx / high
+    out = []
+    for freq in freqs:
+        wavelen = f32(2 * np.pi) / freq
+        if wavelen < high_freq_wavelen:
+            out.append(f32(1.0))
+        elif wavelen > low_freq_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(f32(1.0) / ((f32(1.0) - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def longrope_factors(p: ModelParams) -> tuple[np.ndarray, np.ndarray]:
+    """Made-up LongRoPE factors (real ones come from a search): ramps over the n_rot/2
+    frequencies, short 1 .. 1.5 and long 1 .. 4, so that the two lists and their use (positions
+    divided by them) are all visible in a short test sequence."""
+    t = np.linspace(0.0, 1.0, p.n_rot // 2, dtype=np.float64)
+    return (1.0 + 3.0 * t).astype(np.float32), (1.0 + 0.5 * t).astype(np.float32)
+
+
+def longrope_attn_factor(p: ModelParams) -> float:
+    """The converter's (Phi3MiniModel) value for rope_type longrope / su:
+    sqrt(1 + ln(scale) / ln(original)) with scale = context_length / original, 1 if scale <= 1."""
+    if p.rope_attn_factor is not None:
+        return p.rope_attn_factor
+    scale = p.ctx / p.orig_ctx
+    return float(np.sqrt(1 + np.log(scale) / np.log(p.orig_ctx))) if scale > 1.0 else 1.0
 
 
 def tensor_specs(p: ModelParams) -> list[TensorSpec]:
+    if p.arch in NEW_ARCHITECTURES:
+        return tensor_specs_new_arch(p)
+    specs = tensor_specs_llama_gemma3(p)
+    if p.rope_freqs == "llama3":
+        # First in the file, as the converter yields it; it takes no seed index, so the other
+        # tensors keep the values they have without it.
+        factors = llama3_rope_freqs(p)
+        specs.insert(0, TensorSpec("rope_freqs.weight", factors.shape, QT.F32,
+                                   lambda rng: factors, random=False))
+    return specs
+
+
+def _normal(shape, std):
+    return lambda rng: (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+
+
+def _norm_weight(n):
+    return lambda rng: (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+
+def _proj(rows, cols):
+    return _normal((rows, cols), 1.0 / np.sqrt(cols))
+
+
+def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
+    """qwen2 / qwen3 / phi3, with the same weight scales as llama's (see tensor_specs)."""
+    wtype = QT[p.dtype]
+    etype = QT[p.embd_dtype or p.dtype]
+    hd = p.head_dim
+    q_dim, kv_dim = p.n_head * hd, p.n_head_kv * hd
+    specs = []
+    if p.arch == "phi3" and p.longrope:
+        long_f, short_f = longrope_factors(p)
+        specs += [
+            TensorSpec("rope_factors_long.weight", long_f.shape, QT.F32, lambda rng: long_f,
+                       random=False),
+            TensorSpec("rope_factors_short.weight", short_f.shape, QT.F32, lambda rng: short_f,
+                       random=False),
+        ]
+    specs.append(TensorSpec("token_embd.weight", (p.n_vocab, p.n_embd), etype,
+                            _normal((p.n_vocab, p.n_embd), p.n_embd**-0.25)))
+    for i in range(p.n_layer):
+        b = f"blk.{i}."
+        specs.append(TensorSpec(b + "attn_norm.weight", (p.n_embd,), QT.F32,
+                                _norm_weight(p.n_embd)))
+        if p.arch == "phi3":
+            specs.append(TensorSpec(b + "attn_qkv.weight", (q_dim + 2 * kv_dim, p.n_embd), wtype,
+                                    _proj(q_dim + 2 * kv_dim, p.n_embd)))
+        else:
+            for name, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
+                specs.append(TensorSpec(b + name + ".weight", (rows, p.n_embd), wtype,
+                                        _proj(rows, p.n_embd)))
+                if p.arch == "qwen2":
+                    # Biases of the size of the projections' outputs: they move every score.
+                    specs.append(TensorSpec(b + name + ".bias", (rows,), QT.F32,
+                                            _normal((rows,), 0.5)))
+        if p.arch == "qwen3":
+            specs += [
+                TensorSpec(b + "attn_q_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
+                TensorSpec(b + "attn_k_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
+            ]
+        specs += [
+            TensorSpec(b + "attn_output.weight", (p.n_embd, q_dim), wtype, _proj(p.n_embd, q_dim)),
+            TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32, _norm_weight(p.n_embd)),
+        ]
+        if p.arch == "phi3":
+            specs.append(TensorSpec(b + "ffn_up.weight", (2 * p.n_ff, p.n_embd), wtype,
+                                    _proj(2 * p.n_ff, p.n_embd)))
+        else:
+            specs += [
+                TensorSpec(b + "ffn_gate.weight", (p.n_ff, p.n_embd), wtype,
+                           _proj(p.n_ff, p.n_embd)),
+                TensorSpec(b + "ffn_up.weight", (p.n_ff, p.n_embd), wtype,
+                           _proj(p.n_ff, p.n_embd)),
+            ]
+        specs.append(TensorSpec(b + "ffn_down.weight", (p.n_embd, p.n_ff), wtype,
+                                _proj(p.n_embd, p.n_ff)))
+    specs.append(TensorSpec("output_norm.weight", (p.n_embd,), QT.F32, _norm_weight(p.n_embd)))
+    if not p.tied:
+        specs.append(TensorSpec("output.weight", (p.n_vocab, p.n_embd), wtype,
+                                _normal((p.n_vocab, p.n_embd), 2.0 / np.sqrt(p.n_embd))))
+    return specs
+
+
+def tensor_specs_llama_gemma3(p: ModelParams) -> list[TensorSpec]:
     wtype = QT[p.dtype]
     etype = QT[p.embd_dtype or p.dtype]
     hd = p.head_dim
@@ -207,6 +382,31 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("gemma3 models tie their output to the embedding")
     if p.arch == "llama" and (p.sliding_window or p.swa_pattern or p.rope_freq_base_swa):
         raise ValueError("sliding-window options are for gemma3")
+    if p.arch in NEW_ARCHITECTURES and (p.swa_pattern or p.rope_freq_base_swa):
+        raise ValueError("--swa-pattern and --rope-freq-base-swa are for gemma3")
+    if p.arch in ("qwen2", "qwen3") and p.sliding_window:
+        raise ValueError("--sliding-window is for gemma3 and phi3")
+    if p.rope_freqs not in ("none", "llama3"):
+        raise ValueError("rope freqs must be none or llama3")
+    if p.rope_freqs != "none" and p.arch != "llama":
+        raise ValueError("--rope-freqs is for llama")
+    if p.rope_freqs == "llama3" and p.high_freq_factor == p.low_freq_factor:
+        raise ValueError("--high-freq-factor must differ from --low-freq-factor")
+    if (p.longrope or p.rope_attn_factor is not None or p.omit_rope_attn_factor) \
+            and p.arch != "phi3":
+        raise ValueError("LongRoPE options are for phi3")
+    if (p.rope_attn_factor is not None or p.omit_rope_attn_factor) and not p.longrope:
+        raise ValueError("--rope-attn-factor / --no-rope-attn-factor need --longrope")
+    if p.original_context is not None and p.rope_freqs == "none" and p.arch != "phi3":
+        raise ValueError("--original-context is for --rope-freqs llama3 and phi3")
+    if p.original_context is not None and p.original_context < 1:
+        raise ValueError("--original-context must be positive")
+    if p.n_rot_override is not None and p.arch != "phi3":
+        raise ValueError("--rope-dim is for phi3")
+    if p.arch in ("qwen2", "phi3") and p.head_dim_override not in (None, p.n_embd // p.n_head):
+        raise ValueError(f"{p.arch}'s head size is n_embd / n_head")
+    if p.n_rot % 2 or not 0 < p.n_rot <= p.head_dim:
+        raise ValueError("the RoPE dimension count must be even and at most the head size")
     if p.head_dim_override is None and p.n_embd % p.n_head:
         raise ValueError("n_embd must be a multiple of n_head")
     if p.n_head % p.n_head_kv:
@@ -225,6 +425,40 @@ def write_model(path: str, p: ModelParams) -> None:
     writer.add_file_type(int(FILE_TYPE[p.dtype]))
     if p.dtype.startswith("Q") or (p.embd_dtype or "").startswith("Q"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if p.arch in NEW_ARCHITECTURES:
+        write_new_arch_metadata(writer, p)
+    else:
+        write_llama_gemma3_metadata(writer, p)
+    write_vocab(writer, p)
+    write_tensors(writer, p, specs)
+
+
+def write_new_arch_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
+    """The keys llama.cpp's converter writes for Qwen2 / Qwen3 / Phi-3 (conversion/qwen.py,
+    conversion/phi.py and the shared TextModel.set_gguf_parameters)."""
+    writer.add_context_length(p.ctx)
+    writer.add_embedding_length(p.n_embd)
+    writer.add_block_count(p.n_layer)
+    writer.add_feed_forward_length(p.n_ff)
+    writer.add_head_count(p.n_head)
+    writer.add_head_count_kv(p.n_head_kv)
+    writer.add_rope_freq_base(p.rope_freq_base)
+    writer.add_layer_norm_rms_eps(p.rms_eps)
+    if p.arch == "qwen3":
+        writer.add_key_length(p.head_dim)
+        writer.add_value_length(p.head_dim)
+    if p.arch == "phi3":
+        writer.add_rope_dimension_count(p.n_rot)
+        writer.add_rope_scaling_orig_ctx_len(p.orig_ctx)
+        writer.add_sliding_window(p.sliding_window)
+        if p.longrope and not p.omit_rope_attn_factor:
+            writer.add_rope_scaling_attn_factors(longrope_attn_factor(p))
+    if p.rope_scaling == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(p.rope_scale_factor)
+
+
+def write_llama_gemma3_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
     writer.add_vocab_size(p.n_vocab)
     writer.add_context_length(p.ctx)
     writer.add_embedding_length(p.n_embd)
@@ -248,8 +482,12 @@ def write_model(path: str, p: ModelParams) -> None:
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(p.rope_scale_factor)
 
+
+def write_vocab(writer: gguf.GGUFWriter, p: ModelParams) -> None:
     tokens, scores, types = make_vocab(p.n_vocab)
     writer.add_tokenizer_model("llama")
+    if p.arch in NEW_ARCHITECTURES:
+        writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
     writer.add_token_types(types)
@@ -259,6 +497,8 @@ def write_model(path: str, p: ModelParams) -> None:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
 
+
+def write_tensors(writer: gguf.GGUFWriter, p: ModelParams, specs: list[TensorSpec]) -> None:
     for spec in specs:
         np_dtype = {QT.F32: np.float32, QT.F16: np.float16}.get(spec.qtype, np.float32)
         raw = None if spec.qtype in (QT.F32, QT.F16) else spec.qtype
@@ -268,9 +508,12 @@ def write_model(path: str, p: ModelParams) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for index, spec in enumerate(specs):
-        # One generator per tensor: values depend only on (seed, position in the file).
+    index = 0
+    for spec in specs:
+        # One generator per random tensor: values depend only on (seed, position in the file
+        # among the random tensors).
         rng = np.random.default_rng([p.seed, index])
+        index += spec.random
         writer.write_tensor_data(encode_tensor(spec.make(rng), spec.qtype))
     writer.close()
 
@@ -304,6 +547,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
                     rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
                     rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name,
                     **gemma3_options(a))
+    if p.arch == "qwen3" and a.head_dim is None and a.preset == "tiny":
+        p.head_dim_override = QWEN3_TINY_HEAD_DIM
     return a.out, p
 
 
@@ -313,11 +558,37 @@ def add_gemma3_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sliding-window", type=int, default=0)
     ap.add_argument("--swa-pattern", type=int)
     ap.add_argument("--rope-freq-base-swa", type=float)
+    add_new_arch_arguments(ap)
+
+
+def add_new_arch_arguments(ap: argparse.ArgumentParser) -> None:
+    """Options of Llama 3.1's RoPE factors and of qwen2 / qwen3 / phi3 (see the docstring)."""
+    ap.add_argument("--rope-freqs", choices=["none", "llama3"], default="none",
+                    help="llama: write rope_freqs.weight (Llama 3.1 RoPE factors)")
+    ap.add_argument("--rope-factor", type=float, default=8.0, help="llama3: factor (8)")
+    ap.add_argument("--low-freq-factor", type=float, default=1.0, help="llama3: (1)")
+    ap.add_argument("--high-freq-factor", type=float, default=4.0, help="llama3: (4)")
+    ap.add_argument("--original-context", type=int,
+                    help="llama3: original_max_position_embeddings (8192); phi3: "
+                         "rope.scaling.original_context_length (default: --ctx)")
+    ap.add_argument("--longrope", action="store_true",
+                    help="phi3: rope_factors_long / rope_factors_short and attn_factor")
+    ap.add_argument("--rope-attn-factor", type=float,
+                    help="phi3 --longrope: rope.scaling.attn_factor (default: the converter's)")
+    ap.add_argument("--no-rope-attn-factor", action="store_true",
+                    help="phi3 --longrope: leave rope.scaling.attn_factor out")
+    ap.add_argument("--rope-dim", type=int, help="phi3: rope.dimension_count (default: head size)")
 
 
 def gemma3_options(a: argparse.Namespace) -> dict:
+    """ModelParams fields of the options add_gemma3_arguments adds (all architectures')."""
     return dict(arch=a.arch, head_dim_override=a.head_dim, sliding_window=a.sliding_window,
-                swa_pattern=a.swa_pattern, rope_freq_base_swa=a.rope_freq_base_swa)
+                swa_pattern=a.swa_pattern, rope_freq_base_swa=a.rope_freq_base_swa,
+                rope_freqs=a.rope_freqs, rope_factor=a.rope_factor,
+                low_freq_factor=a.low_freq_factor, high_freq_factor=a.high_freq_factor,
+                original_context=a.original_context, longrope=a.longrope,
+                rope_attn_factor=a.rope_attn_factor, omit_rope_attn_factor=a.no_rope_attn_factor,
+                n_rot_override=a.rope_dim)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,6 +601,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out}: {p.arch} {p.n_layer} layers, n_embd {p.n_embd}, n_head {p.n_head}/"
           f"{p.n_head_kv}, n_ff {p.n_ff}, vocab {p.n_vocab}, {p.dtype}"
           f"{', tied' if p.tied else ''}", file=sys.stderr)
+    if p.rope_freqs == "llama3":
+        print("rope_freqs: " + " ".join(f"{v:.6g}" for v in llama3_rope_freqs(p)),
+              file=sys.stderr)
+    if p.longrope:
+        long_f, short_f = longrope_factors(p)
+        attn = "absent" if p.omit_rope_attn_factor else f"{longrope_attn_factor(p):.6g}"
+        print(f"longrope: original context {p.orig_ctx}, attn_factor {attn}\n  long:  "
+              + " ".join(f"{v:.4g}" for v in long_f) + "\n  short: "
+              + " ".join(f"{v:.4g}" for v in short_f), file=sys.stderr)
     return 0
 
 

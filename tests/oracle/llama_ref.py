@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Independent numpy reference of the llama and gemma3 forward passes, for checking polystack's
-logits.
+"""Independent numpy reference of the llama, gemma3, qwen2, qwen3 and phi3 forward passes, for
+checking polystack's logits.
 
 Weights are read with gguf.GGUFReader and dequantized with the gguf package, then the whole
 computation runs in float64, so the only differences from an exact result are the stored
@@ -25,6 +25,33 @@ and for gemma3 GGUF files (Gemma 3 as llama.cpp runs it):
   - kv_cache="f16" rounds K (after RoPE) and V to fp16, as a KV cache stored in F16 does
     (llama.cpp's default); that storage is part of the computation being checked, like the
     weights' type, so the reference reproduces it instead of widening the tolerance.
+RoPE frequency factors (any architecture whose file has them):
+  - llama with rope_freqs.weight (Llama 3.1's "llama3" rope type, as llama.cpp's converter
+    stores it): dims pair i rotates by pos * base^(-2i/n_rot) / freq_factor[i], which is what
+    ggml_rope_ext does with freq_factors and what Hugging Face's _compute_llama3_parameters
+    does to inv_freq; the factors are read from the file, never recomputed.
+  - <arch>.rope.scaling.attn_factor (default 1, as llama.cpp's hparams.rope_attn_factor)
+    multiplies cos and sin (so each of q and k), as ggml's rope_yarn mscale and HF's
+    attention_scaling do.
+and for qwen2 / qwen3 / phi3 GGUF files (Hugging Face's Qwen2/Qwen3/Phi3 modeling, with
+llama.cpp's GGUF layout):
+  - RoPE in NEOX mode for all three (llama.cpp's llama_model_rope_type; HF's rotate_half);
+  - qwen2: attn_q / attn_k / attn_v have biases, added after the projection;
+  - qwen3: head size from attention.key_length; every query and key head is RMS-normalized
+    with attn_q_norm / attn_k_norm (eps = attention.layer_norm_rms_epsilon) before RoPE;
+  - phi3: attn_qkv is Q rows, then K, then V (HF Phi3Attention.qkv_proj); ffn_up is the gate
+    half then the up half, out = down(silu(gate) * up) (HF Phi3MLP.gate_up_proj); RoPE covers the
+    first rope.dimension_count dims of each head (partial rotary);
+  - phi3 LongRoPE: with rope_factors_long / rope_factors_short, the long factors are used when
+    the run's context size n_ctx exceeds rope.scaling.original_context_length (default
+    context_length), else the short ones, as llama.cpp's llama_model::get_rope_factors picks
+    them (n_ctx_seq > n_ctx_orig_yarn). Pass RefModel(path, n_ctx=...) the context per sequence
+    the run being checked uses (llama.cpp pads it to a multiple of 256); without it the
+    reference takes context_length, as llama.cpp does for -c 0.
+  - phi3 sliding window: attention.sliding_window = W > 0 makes every layer a sliding layer
+    (a query at position p sees p - W + 1 .. p, HF's sliding_window_causal mask). llama.cpp
+    (llama_model_phi3::load_arch_hparams) currently ignores it and attends causally over the
+    whole context; RefModel(path, phi3_sliding_window=False) does the same.
 
 Run as a script it decodes greedily from a prompt: llama_ref.py MODEL --prompt "Once upon a time"
 """
@@ -46,7 +73,8 @@ from gguf import GGMLQuantizationType as QT
 # a backend that rounds activations (to F16, BF16 or 8-bit blocks) may differ.
 MatmulInputRounding = Callable[[np.ndarray, QT], np.ndarray]
 
-ARCHITECTURES = ("llama", "gemma3")
+ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3", "phi3")
+NEOX_ARCHITECTURES = ("gemma3", "qwen2", "qwen3", "phi3")
 
 
 @dataclass
@@ -68,10 +96,15 @@ class HParams:
     sliding_layers: list[bool] = field(default_factory=list)
     rope_freq_base_swa: float = 10000.0
     kq_scale: float = 0.0
+    # RoPE frequency factors (llama's rope_freqs, phi3's long or short factors) or None, and the
+    # cos/sin multiplier
+    rope_freq_factors: np.ndarray | None = None
+    rope_attn_factor: float = 1.0
+    n_ctx: int = 0  # the run's context size (phi3: picks the long or short factors)
 
 
 class RefModel:
-    def __init__(self, path: str):
+    def __init__(self, path: str, n_ctx: int | None = None, phi3_sliding_window: bool = True):
         self.path = path
         self.reader = gguf.GGUFReader(path)
         arch = self.field("general.architecture")
@@ -116,6 +149,25 @@ class RefModel:
             if n_layer == 62:
                 hp.kq_scale = 1.0 / np.sqrt(n_embd // n_head)
         self._cache: dict[str, np.ndarray] = {}
+        hp = self.hp
+        hp.n_ctx = int(n_ctx) if n_ctx else int(self.field(f"{a}.context_length", 0))
+        hp.rope_attn_factor = float(self.field(f"{a}.rope.scaling.attn_factor", 1.0))
+        if arch == "llama" and self.has("rope_freqs.weight"):
+            hp.rope_freq_factors = self.weight("rope_freqs.weight")
+        if arch == "phi3":
+            n_orig = int(self.field("phi3.rope.scaling.original_context_length",
+                                    int(self.field("phi3.context_length"))))
+            name = ("rope_factors_long.weight" if hp.n_ctx > n_orig
+                    else "rope_factors_short.weight")
+            if self.has(name):
+                hp.rope_freq_factors = self.weight(name)
+            hp.sliding_window = int(self.field("phi3.attention.sliding_window", 0))
+            if not phi3_sliding_window:
+                hp.sliding_window = 0
+            hp.sliding_layers = [hp.sliding_window > 0] * n_layer
+        if hp.rope_freq_factors is not None and hp.rope_freq_factors.shape != (hp.n_rot // 2,):
+            raise ValueError(f"{path}: RoPE factors of shape {hp.rope_freq_factors.shape}, "
+                             f"expected ({hp.n_rot // 2},)")
 
     def field(self, key: str, default=None):
         f = self.reader.fields.get(key)
@@ -156,15 +208,23 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, scale: float,
-         neox: bool) -> np.ndarray:
+         neox: bool, freq_factors: np.ndarray | None = None,
+         attn_factor: float = 1.0) -> np.ndarray:
     """x: [n_tokens, n_heads, head_dim]. Rotates the first n_rot dims of each head: adjacent
-    pairs (x[2i], x[2i+1]) in NORMAL mode, (x[i], x[i + n_rot/2]) in NEOX mode."""
+    pairs (x[2i], x[2i+1]) in NORMAL mode, (x[i], x[i + n_rot/2]) in NEOX mode. Pair i turns by
+    pos / scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are multiplied by
+    attn_factor."""
     out = x.copy()
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv_freq = base ** (-2.0 * i / n_rot)
     theta = (positions.astype(np.float64) / scale)[:, None] * inv_freq[None, :]
+    if freq_factors is not None:
+        theta = theta / np.asarray(freq_factors, dtype=np.float64)[None, :]
     cos = np.cos(theta)[:, None, :]
     sin = np.sin(theta)[:, None, :]
+    if attn_factor != 1.0:
+        cos = cos * attn_factor
+        sin = sin * attn_factor
     if neox:
         first, second = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
     else:
@@ -192,6 +252,9 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
     m = model_path if isinstance(model_path, RefModel) else RefModel(model_path)
     hp = m.hp
     gemma = hp.arch == "gemma3"
+    neox = hp.arch in NEOX_ARCHITECTURES
+    phi3 = hp.arch == "phi3"
+    q_dim, kv_dim = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
         raise ValueError("token_ids must be a non-empty 1-D sequence")
@@ -218,18 +281,34 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
     sliding = np.where((distance < 0) | (distance >= max(hp.sliding_window, 1)), -np.inf, 0.0)
     for layer in range(hp.n_layer):
         b = f"blk.{layer}."
-        is_sliding = gemma and hp.sliding_layers[layer]
-        base = hp.rope_freq_base_swa if is_sliding else hp.rope_freq_base
-        rope_scale = 1.0 if is_sliding else hp.rope_scale
+        is_sliding = (gemma or phi3) and hp.sliding_layers[layer]
+        gemma_sliding = gemma and is_sliding
+        base = hp.rope_freq_base_swa if gemma_sliding else hp.rope_freq_base
+        rope_scale = 1.0 if gemma_sliding else hp.rope_scale
         h = norm(x, b + "attn_norm.weight")
-        q = matmul(h, b + "attn_q.weight").reshape(n, hp.n_head, hd)
-        k = matmul(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hd)
-        v = matmul(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hd)
-        if gemma:
+        if phi3:
+            qkv = matmul(h, b + "attn_qkv.weight")
+            q = qkv[:, :q_dim]
+            k = qkv[:, q_dim:q_dim + kv_dim]
+            v = qkv[:, q_dim + kv_dim:q_dim + 2 * kv_dim]
+        else:
+            q = matmul(h, b + "attn_q.weight")
+            k = matmul(h, b + "attn_k.weight")
+            v = matmul(h, b + "attn_v.weight")
+        if hp.arch == "qwen2":
+            q = q + m.weight(b + "attn_q.bias")
+            k = k + m.weight(b + "attn_k.bias")
+            v = v + m.weight(b + "attn_v.bias")
+        q = q.reshape(n, hp.n_head, hd)
+        k = k.reshape(n, hp.n_head_kv, hd)
+        v = v.reshape(n, hp.n_head_kv, hd)
+        if gemma or hp.arch == "qwen3":
             q = norm(q, b + "attn_q_norm.weight")
             k = norm(k, b + "attn_k_norm.weight")
-        q = rope(q, positions, hp.n_rot, base, rope_scale, neox=gemma)
-        k = rope(k, positions, hp.n_rot, base, rope_scale, neox=gemma)
+        q = rope(q, positions, hp.n_rot, base, rope_scale, neox=neox,
+                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor)
+        k = rope(k, positions, hp.n_rot, base, rope_scale, neox=neox,
+                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor)
         if kv_cache == "f16":
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)
@@ -248,7 +327,12 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
 
         h = norm(x, b + "ffn_norm.weight")
         act = gelu_tanh if gemma else silu
-        ff = act(matmul(h, b + "ffn_gate.weight")) * matmul(h, b + "ffn_up.weight")
+        if phi3:
+            gate_up = matmul(h, b + "ffn_up.weight")
+            n_ff = gate_up.shape[-1] // 2
+            ff = act(gate_up[:, :n_ff]) * gate_up[:, n_ff:]
+        else:
+            ff = act(matmul(h, b + "ffn_gate.weight")) * matmul(h, b + "ffn_up.weight")
         out = matmul(ff, b + "ffn_down.weight")
         if gemma:
             out = norm(out, b + "post_ffw_norm.weight")
@@ -313,14 +397,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="greedy decoding with the numpy llama reference")
     ap.add_argument("model")
     ap.add_argument("--prompt", default="Once upon a time")
+    ap.add_argument("--tokens", help="prompt as space-separated token ids instead of --prompt")
     ap.add_argument("--n-predict", type=int, default=64)
+    ap.add_argument("--n-ctx", type=int, help="the run's context size (phi3 LongRoPE)")
+    ap.add_argument("--kv-cache", choices=["f32", "f16"], default="f32")
     a = ap.parse_args()
-    model = RefModel(a.model)
-    ids = spm_encode(model, a.prompt)
+    model = RefModel(a.model, n_ctx=a.n_ctx)
+    if a.tokens:
+        ids = [int(t) for t in a.tokens.split()]
+    else:
+        ids = spm_encode(model, a.prompt)
     prompt_len = len(ids)
     print("prompt ids:", " ".join(map(str, ids)))
     for _ in range(a.n_predict):
-        ids.append(int(np.argmax(logits(model, ids)[-1])))
+        ids.append(int(np.argmax(logits(model, ids, kv_cache=a.kv_cache)[-1])))
     print("generated ids:", " ".join(map(str, ids[prompt_len:])))
     print("text:", spm_decode(model, ids).lstrip(" "))
     return 0
