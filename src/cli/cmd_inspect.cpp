@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 namespace ps::cli {
 namespace {
@@ -101,8 +103,24 @@ Action add_inspect(CLI::App& app) {
       total_elems += uint64_t(t.n_elements());
       by_type[std::string(dtype_name(t.type))] += 1;
     }
+    // How polystack would run the file: its architecture's features, or why it cannot.
+    std::unique_ptr<Model> model;
+    std::string model_error;
+    try {
+      model = Model::load(*f);
+    } catch (const ModelError& e) {
+      model_error = e.what();
+    }
     if (*json) {
       nlohmann::json out;
+      if (model) {
+        const ModelParams& mp = model->params();
+        out["model"] = {{"architecture", mp.architecture},
+                        {"features", mp.features},
+                        {"warnings", mp.warnings}};
+      } else {
+        out["model_error"] = model_error;
+      }
       out["path"] = *path;
       out["version"] = f->version();
       out["alignment"] = f->alignment();
@@ -136,6 +154,16 @@ Action add_inspect(CLI::App& app) {
     fmt::print("\ntypes:");
     for (const auto& [t, n] : by_type) fmt::print(" {} x{}", t, n);
     fmt::print("\n");
+    if (model) {
+      const ModelParams& mp = model->params();
+      fmt::print("\nmodel: {}, {} layers, head size {}, RoPE over {} dims ({})\n", mp.architecture,
+                 mp.n_layer, mp.head_dim, mp.n_rot,
+                 mp.rope_mode == RopeMode::NeoX ? "NeoX halves" : "adjacent pairs");
+      for (const std::string& s : mp.features) fmt::print("  uses: {}\n", s);
+      for (const std::string& s : mp.warnings) fmt::print("  warning: {}\n", s);
+    } else {
+      fmt::print("\nmodel: polystack cannot run this file: {}\n", model_error);
+    }
     return 0;
   };
 }

@@ -67,7 +67,13 @@ Action add_run(CLI::App& app) {
                describe(*model));
     const DeviceInfo& dev = session.device().info();
     print_device_choice(session);
-    if (o->verbose) print_plan_detail(session);
+    if (o->verbose) {
+      const ModelParams& mp = model->model->params();
+      fmt::print(stderr, "polystack: model features: {}\n",
+                 mp.features.empty() ? std::string("none beyond the plain " + mp.architecture)
+                                     : fmt::format("{}", fmt::join(mp.features, "; ")));
+      print_plan_detail(session);
+    }
 
     SamplerParams sp = o->sp;
     sp.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();

@@ -18,6 +18,10 @@ std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool wit
   auto m = std::make_shared<LoadedModel>();
   m->file = gguf::File::open(path);
   m->model = Model::load(*m->file);
+  // What the loader could run without but the user should know, for every command and the
+  // server alike.
+  for (const std::string& w : m->model->params().warnings)
+    fmt::print(stderr, "polystack: warning: {}: {}\n", path, w);
   if (with_tokenizer) {
     m->tokenizer = Tokenizer::from_gguf(*m->file);
     if (m->tokenizer->n_vocab() != m->model->params().n_vocab)
@@ -269,6 +273,7 @@ Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> t
   in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, pos.data());
   in.n_past = n_past;
   in.n_tokens = T;
+  in.n_ctx = n_ctx;
   in.all_logits = all_logits;
   const int64_t planes = cache.plane < 0 ? cache.n_planes : 1;
   for (int64_t l = 0; l < p.n_layer; ++l) {

@@ -7,6 +7,7 @@
 // token embedding unless the file has output.weight.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -59,6 +60,11 @@ class Gemma3Model final : public Model {
       p.layer_window.push_back(L.sliding ? window_ : 0);
       layers_.push_back(L);
     }
+    p.features.push_back("QK-norm and post-attention / post-FFN norms");
+    const auto n_sliding = std::count(sliding.begin(), sliding.end(), true);
+    if (n_sliding > 0)
+      p.features.push_back(fmt::format("sliding window of {} positions on {} of {} layers", window_,
+                                       n_sliding, p.n_layer));
   }
 
   Tensor* build_graph(Graph& g, const ForwardInputs& in) const override {

@@ -14,10 +14,38 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   const std::string arch = file.get_string("general.architecture");
   if (arch.empty())
     throw ModelError(fmt::format("{}: metadata 'general.architecture' is missing", file.path()));
-  if (arch == "llama") return make_llama_model(file);
-  if (arch == "gemma3") return make_gemma3_model(file);
-  throw ModelError(fmt::format("{}: architecture '{}' is not supported (supported: llama, gemma3)",
-                               file.path(), arch));
+  std::unique_ptr<Model> m;
+  if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3")
+    m = make_llama_family_model(file, arch);
+  else if (arch == "gemma3")
+    m = make_gemma3_model(file);
+  else if (arch == "qwen3moe" || arch == "qwen2moe")
+    throw ModelError(fmt::format(
+        "{}: architecture '{}' (mixture of experts) is not supported: polystack has no expert "
+        "routing yet (dense qwen2 and qwen3 are supported)",
+        file.path(), arch));
+  else
+    throw ModelError(fmt::format(
+        "{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)",
+        file.path(), arch));
+  m->check_all_tensors_used(file);
+  return m;
+}
+
+void Model::check_all_tensors_used(const gguf::File& f) {
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (used_.count(t.name)) continue;
+    // Older converters stored a rotary table per layer that every runtime recomputes.
+    if (t.name.size() > 20 && t.name.ends_with(".attn_rot_embd.weight")) {
+      params_.warnings.push_back(fmt::format(
+          "tensor '{}' (a rotary embedding table) is not needed: RoPE is computed", t.name));
+      continue;
+    }
+    throw ModelError(
+        fmt::format("{}: tensor '{}' is not used by the {} architecture as polystack runs it; "
+                    "running without it would give wrong results",
+                    f.path(), t.name, params_.architecture));
+  }
 }
 
 void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
@@ -55,7 +83,8 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
                                  f.path(), p.n_rot, p.head_dim));
   p.norm_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5));
   p.rope_freq_base = float(f.get_float(a + ".rope.freq_base", 10000.0));
-  const std::string scaling = f.get_string(a + ".rope.scaling.type", "");
+  const std::string scaling_key = a + ".rope.scaling.type";
+  const std::string scaling = f.get_string(scaling_key, "");
   float factor = float(f.get_float(a + ".rope.scaling.factor", 0.0));
   if (factor == 0.0f) factor = float(f.get_float(a + ".rope.scale_linear", 0.0));
   if (scaling.empty() || scaling == "none") {
@@ -63,8 +92,8 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
   } else if (scaling == "linear") {
     if (factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
   } else {
-    throw ModelError(fmt::format("{}: rope scaling type '{}' is not supported (none, linear)",
-                                 f.path(), scaling));
+    throw ModelError(fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear)",
+                                 f.path(), scaling_key, scaling));
   }
 }
 
@@ -96,6 +125,24 @@ BlockWeights Model::block_weights(const gguf::File& f, int64_t l) {
   b.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
   b.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});
   return b;
+}
+
+Tensor* Model::vector_weight(const gguf::File& f, const std::string& name, int64_t n,
+                             const char* what, bool optional) {
+  Tensor* t = weight(f, name, {n, 1, 1, 1}, optional);
+  if (t && t->type != DType::F32)
+    throw ModelError(
+        fmt::format("{}: {} '{}' must be F32, not {}", f.path(), what, name, dtype_name(t->type)));
+  return t;
+}
+
+Tensor* Model::row_slice(const Tensor* w, int64_t first, int64_t n, const std::string& name) {
+  Tensor& t = weights_.emplace_back(*w);
+  t.name = name;
+  t.ne[1] = n;
+  t.set_contiguous_strides();
+  t.data = static_cast<uint8_t*>(w->data) + size_t(first) * w->nb[1];
+  return &t;
 }
 
 Tensor* Model::norm_weight(const gguf::File& f, const std::string& name, int64_t n) {
@@ -194,6 +241,7 @@ Tensor* Model::weight(const gguf::File& f, const std::string& name, std::array<i
   if (!info.computable)
     throw ModelError(fmt::format("{}: tensor '{}' has type {}, which polystack cannot compute yet",
                                  f.path(), name, info.name));
+  used_.insert(name);
   Tensor& t = weights_.emplace_back();
   t.name = name;
   t.type = ti->type;

@@ -3,6 +3,7 @@
 // nothing about backends: weights enter graphs as leaves pointing at the file mapping.
 #include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ModelParams {
   // Per layer: the sliding attention window (0: the layer attends to every position). Empty
   // when no layer has one.
   std::vector<int64_t> layer_window;
+  // What this file uses beyond the plain architecture (biases, QK-norm, RoPE factors, a
+  // window), for `inspect` and `run -v`; and what the loader noticed but can run without.
+  std::vector<std::string> features, warnings;
   uint64_t n_params = 0;      // elements of all weights
   uint64_t weight_bytes = 0;  // bytes of all weights as stored
 };
@@ -44,6 +48,7 @@ struct ForwardInputs {
   Tensor* positions = nullptr;  // I32 [n_tokens]
   int32_t n_past = 0;
   int32_t n_tokens = 0;
+  int64_t n_ctx = 0;  // the context the session runs with (LongRoPE picks its factors by it)
   // Per layer [head_dim, n_head_kv, slots]: position j in slot j % slots. Layers with a window
   // may have fewer slots than the context (kv_slots), so their cache is a ring.
   std::vector<Tensor*> k_cache, v_cache;
@@ -69,8 +74,9 @@ struct BlockWeights {
 class Model {
  public:
   virtual ~Model() = default;
-  // Picks the architecture from general.architecture; ModelError when unsupported or when a
-  // tensor is missing, misshapen or of a type without kernels.
+  // Picks the architecture from general.architecture; ModelError when unsupported, when a
+  // tensor is missing, misshapen or of a type without kernels, or when the file holds a tensor
+  // the architecture does not use (a stated warning for the few known to be redundant).
   static std::unique_ptr<Model> load(const gguf::File& file);
 
   const ModelParams& params() const { return params_; }
@@ -83,6 +89,14 @@ class Model {
                  bool optional = false);
   // A norm's weight vector of n values, which must be F32.
   Tensor* norm_weight(const gguf::File& f, const std::string& name, int64_t n);
+  // Any other vector of n F32 values (`what` names it in errors: "bias", ...).
+  Tensor* vector_weight(const gguf::File& f, const std::string& name, int64_t n, const char* what,
+                        bool optional = false);
+  // Rows [first, first + n) of a 2-D weight, over the same bytes (a fused tensor's parts).
+  Tensor* row_slice(const Tensor* w, int64_t first, int64_t n, const std::string& name);
+  // ModelError naming the first tensor of the file that no weight() call took; known redundant
+  // ones become warnings.
+  void check_all_tensors_used(const gguf::File& f);
   // The hyperparameters a decoder-only transformer stores under "<arch>." (sizes, heads,
   // RoPE, norm epsilon), each checked.
   void read_transformer_params(const gguf::File& f, const std::string& arch);
@@ -100,6 +114,7 @@ class Model {
 
   ModelParams params_;
   std::deque<Tensor> weights_;
+  std::set<std::string> used_;  // the file's tensors taken by weight()
   Tensor *tok_embd_ = nullptr, *out_norm_ = nullptr, *output_ = nullptr;
 };
 
@@ -109,7 +124,8 @@ int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_b
 // The bytes of layer l's K (or V) cache for one sequence: kv_slots F16 rows of the KV width.
 size_t kv_plane_bytes(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch);
 
-std::unique_ptr<Model> make_llama_model(const gguf::File& file);
+// llama, qwen2, qwen3 and phi3 (src/model/llama.cpp).
+std::unique_ptr<Model> make_llama_family_model(const gguf::File& file, const std::string& arch);
 std::unique_ptr<Model> make_gemma3_model(const gguf::File& file);
 
 }  // namespace ps

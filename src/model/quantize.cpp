@@ -97,6 +97,10 @@ std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::
     } else if (ends_with(t.name, "attn_output.weight")) {
       if (mix.name == "Q2_K") type = DType::Q3_K;
       if (mix.name == "Q3_K_M") type = DType::Q4_K;
+    } else if (ends_with(t.name, "attn_qkv.weight")) {  // phi3's fused Q, K and V
+      if (mix.name == "Q3_K_M") type = DType::Q4_K;
+      if (mix.name == "Q4_K_M") type = DType::Q5_K;
+      if (mix.name == "Q5_K_M") type = DType::Q6_K;
     }
   }
   if (t.dims[0] % block_size(type) != 0) {

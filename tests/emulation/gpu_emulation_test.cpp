@@ -144,16 +144,22 @@ class EmulatedBackend final : public Backend {
   }
 };
 
+void add_emulated_backend_once() {
+  static bool added = false;
+  if (!added) Registry::global().add(std::make_unique<EmulatedBackend>());
+  added = true;
+}
+
 // A whole model through the session and scheduler on the emulated device: weights uploaded,
 // the KV cache in device buffers, prompt batches and single-token steps, against the CPU.
 TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
   const std::filesystem::path model =
       std::filesystem::path(POLYSTACK_SHARED_DIR) / "models" / "stories260K.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent";
-  Registry::global().add(std::make_unique<EmulatedBackend>());
+  add_emulated_backend_once();
   auto loaded = LoadedModel::load(model.string());
   // BOS + "Once upon a time" and the start of its greedy continuation: the prompt in batches
-  // of 4 and 3, then single tokens (every emulated launch costs OS thread wake-ups: kept short).
+  // of 4 and 3, then single tokens.
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383};
   const std::vector<int32_t> steps = {286, 261};
   auto logits = [&](const std::string& device, int n_gpu_layers,
@@ -210,6 +216,62 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
   // --main-gpu 1: the second GPU alone.
   compare(logits("cuda", -1, {}, 1, &plan), "--main-gpu 1");
   EXPECT_NE(plan.find("everything on cuda:1"), std::string::npos) << plan;
+}
+
+// The llama family beyond llama (rope_freqs, qwen2's biases, qwen3's QK-norm, phi3's fused
+// weights, LongRoPE and window): synthetic models the test's fixture writes with
+// scripts/make_llama_gguf.py, listed in POLYSTACK_EMU_FAMILY_MODELS as path=context pairs
+// separated by ','. All on the emulated GPU, then split with the first layer on the CPU.
+TEST(GpuEmulation, ModelFamiliesMatchTheCpuBackend) {
+  const char* list = std::getenv("POLYSTACK_EMU_FAMILY_MODELS");
+  if (!list || !*list) GTEST_SKIP() << "POLYSTACK_EMU_FAMILY_MODELS is not set";
+  add_emulated_backend_once();
+  std::string rest = list;
+  int checked = 0;
+  while (!rest.empty()) {
+    const size_t semi = rest.find(',');
+    const std::string item = rest.substr(0, semi);
+    rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+    const size_t eq = item.rfind('=');
+    ASSERT_NE(eq, std::string::npos) << item;
+    const std::string path = item.substr(0, eq);
+    const int n_ctx = std::atoi(item.c_str() + eq + 1);
+    auto loaded = LoadedModel::load(path);
+    const std::vector<int32_t> prompt = {1, 300, 17, 420, 5, 99, 260, 301, 45};
+    const std::vector<int32_t> steps = {77, 512};
+    auto logits = [&](const std::string& device, int n_gpu_layers) {
+      SessionOptions o;
+      o.device = device;
+      o.n_gpu_layers = n_gpu_layers;
+      o.strict = true;
+      o.self_check = false;
+      o.n_ctx = n_ctx;
+      o.n_batch = 4;
+      Session s(loaded, o);
+      std::vector<float> all = s.eval(prompt, true);
+      for (int32_t t : steps) {
+        const std::vector<float> step = s.eval(std::span<const int32_t>(&t, 1));
+        all.insert(all.end(), step.begin(), step.end());
+      }
+      return all;
+    };
+    const std::vector<float> want = logits("cpu", -1);
+    for (int ngl : {-1, 1}) {
+      const std::vector<float> got = logits("cuda:0", ngl);
+      ASSERT_EQ(got.size(), want.size());
+      double scale = 0, err = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::fabs(double(want[i])));
+        err = std::max(err, std::fabs(double(got[i]) - want[i]));
+      }
+      std::printf("%s (%s), -c %d -ngl %d: max |emulated - cpu| / max |cpu| = %.2e\n",
+                  std::filesystem::path(path).filename().c_str(),
+                  loaded->model->params().architecture.c_str(), n_ctx, ngl, err / scale);
+      EXPECT_LT(err / scale, 1e-3) << path << " -ngl " << ngl;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
 }
 
 }  // namespace
