@@ -108,7 +108,7 @@ Action add_inspect(CLI::App& app) {
     std::string model_error;
     try {
       model = Model::load(*f);
-    } catch (const ModelError& e) {
+    } catch (const Error& e) {  // metadata of a wrong type too: inspect still shows the file
       model_error = e.what();
     }
     if (*json) {

@@ -36,7 +36,7 @@ void Model::check_all_tensors_used(const gguf::File& f) {
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (used_.count(t.name)) continue;
     // Older converters stored a rotary table per layer that every runtime recomputes.
-    if (t.name.size() > 20 && t.name.ends_with(".attn_rot_embd.weight")) {
+    if (t.name.ends_with(".attn_rot_embd.weight")) {
       params_.warnings.push_back(fmt::format(
           "tensor '{}' (a rotary embedding table) is not needed: RoPE is computed", t.name));
       continue;
@@ -146,11 +146,7 @@ Tensor* Model::row_slice(const Tensor* w, int64_t first, int64_t n, const std::s
 }
 
 Tensor* Model::norm_weight(const gguf::File& f, const std::string& name, int64_t n) {
-  Tensor* t = weight(f, name, {n, 1, 1, 1});
-  if (t->type != DType::F32)
-    throw ModelError(fmt::format("{}: norm weight '{}' must be F32, not {}", f.path(), name,
-                                 dtype_name(t->type)));
-  return t;
+  return vector_weight(f, name, n, "norm weight");
 }
 
 int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch) {

@@ -193,6 +193,9 @@ def main() -> int:
                 kv={"phi3.attention.sliding_window": 6})
         inspect("a file it cannot run", "llama", [], error="is not used by the llama",
                 add={"blk.0.ffn_mystery.weight": np.ones((4, 4), np.float32)})
+        inspect("a file without the metadata a model needs", "llama", [],
+                error="metadata 'llama.embedding_length' is missing",
+                kv={"llama.embedding_length": None})
     print("all cases passed" if ok else "some cases FAILED")
     return 0 if ok else 1
 
