@@ -16,6 +16,10 @@ reference decodes greedily from the same prompt (its EOS logit set to -inf, whic
 ignore_eos does in llama.cpp). Reported per case: how many tokens match, and the largest
 difference of the top-8 log-probabilities (EOS left out) over the steps whose prefixes agree.
 
+With --polystack BIN, polystack itself decodes greedily from the same prompt on the same file
+(one `polystack logits --tokens` call per step, -c as the case says, on the CPU, EOS masked) and
+its tokens are compared with llama.cpp's as well.
+
 Cases marked "sensitivity" also decode with the feature switched off in the reference, to show
 that the feature changes the tokens (else a match would not say much).
 
@@ -57,6 +61,8 @@ class Case:
     ctx: int = 256  # llama-server -c (llama.cpp pads it to a multiple of 256)
     ref_kwargs: dict = field(default_factory=dict)  # extra RefModel arguments
     expect_match: bool = True
+    # Whether polystack's tokens should equal llama.cpp's (None: as expect_match).
+    polystack_matches: bool | None = None
     note: str = ""
     # A reference tweak that switches the case's feature off: (description, fn(RefModel)).
     ablation: tuple | None = None
@@ -116,8 +122,9 @@ def cases() -> list[Case]:
         Case("phi3", P(arch="phi3", seed=16)),
         Case("phi3_partial_rope", P(arch="phi3", seed=17, n_rot_override=8)),
         Case("phi3_swa_ref_full", P(arch="phi3", seed=18, sliding_window=8),
-             ref_kwargs=dict(phi3_sliding_window=False),
-             note="reference told to ignore the window, as llama.cpp does"),
+             ref_kwargs=dict(phi3_sliding_window=False), polystack_matches=False,
+             note="reference told to ignore the window, as llama.cpp does; polystack applies "
+                  "it, so it differs from both"),
         Case("phi3_swa", P(arch="phi3", seed=18, sliding_window=8), expect_match=False,
              note="reference applies the window; llama.cpp disables Phi-3 SWA "
                   "(llama_model_phi3::load_arch_hparams), so a divergence is expected",
@@ -212,11 +219,28 @@ def ref_greedy(m: llama_ref.RefModel, prompt: list[int], n_predict: int,
     return ids[len(prompt):], logps
 
 
+def polystack_greedy(binary: str, model: str, ctx: int, prompt: list[int], n_predict: int,
+                     eos: int, n_vocab: int, threads: int, work: str) -> list[int]:
+    """Greedy ids from polystack's logits of each prefix (EOS masked as ignore_eos)."""
+    ids = list(prompt)
+    out = os.path.join(work, "polystack-logits.f32")
+    for _ in range(n_predict):
+        subprocess.run([binary, "logits", "-m", model, "-c", str(ctx), "-t", str(threads),
+                        "--device", "cpu", "--tokens", " ".join(map(str, ids)), "-o", out],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        last = np.fromfile(out, dtype=np.float32).reshape(len(ids), n_vocab)[-1].copy()
+        last[eos] = -np.inf
+        ids.append(int(np.argmax(last)))
+    return ids[len(prompt):]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bin", required=True,
                     help="folder of llama-server and its libraries (a llama.cpp build, e.g. from "
                     "the llama-cpp-python source package)")
+    ap.add_argument("--polystack", help="a polystack binary: also compare its greedy tokens "
+                    "with llama.cpp's on each file")
     ap.add_argument("--case", action="append", help="run only these cases (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--n-predict", type=int, default=24)
@@ -289,6 +313,26 @@ def main() -> int:
                              len(ours))
                 line += (f"; sensitivity: reference {what} agrees with itself on {n_abl}/"
                          f"{len(ours)}")
+            if a.polystack:
+                try:
+                    mine = polystack_greedy(a.polystack, model, c.ctx, prompt, a.n_predict, eos,
+                                            c.params.n_vocab, a.threads, work)
+                except subprocess.CalledProcessError as e:
+                    print(f"{c.name}: FAIL: polystack: {e.stderr.decode().strip()}")
+                    failures += 1
+                    continue
+                n_mine = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y),
+                              min(len(mine), len(theirs)))
+                same = n_mine == len(mine) == len(theirs)
+                expect = c.expect_match if c.polystack_matches is None else c.polystack_matches
+                if same != expect:
+                    failures += ok  # count the case once
+                    ok = False
+                    line = line.replace(": PASS:", ": FAIL:", 1)
+                n_ref = next((i for i, (x, y) in enumerate(zip(mine, ours)) if x != y),
+                             min(len(mine), len(ours)))
+                line += (f"; polystack vs llama.cpp {n_mine}/{len(mine)}, vs the reference "
+                         f"{n_ref}/{len(mine)}")
             if c.note:
                 line += f"  [{c.note}]"
             print(line, flush=True)
