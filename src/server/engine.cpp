@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <random>
 
 #include "core/error.h"
@@ -102,6 +104,8 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, SessionOptions opts, in
   slots_.resize(size_t(n_slots));
   for (int i = 0; i < n_slots; ++i) slots_[size_t(i)].seq = i;
   stats_.n_slots = n_slots;
+  if (const char* d = std::getenv("POLYSTACK_TEST_STEP_DELAY_MS"))
+    step_delay_ = std::chrono::milliseconds(std::clamp(std::atoi(d), 0, 10000));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -320,6 +324,7 @@ void Engine::loop() {
       }
     }
     step();
+    if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   }
 }
 

@@ -133,6 +133,9 @@ class Engine {
   std::unique_ptr<Session> session_;
   const Tokenizer* tok_;
   int max_queue_;
+  // A test hook (POLYSTACK_TEST_STEP_DELAY_MS): a pause after each step, so that tests can
+  // act while a request is still generating.
+  std::chrono::milliseconds step_delay_{0};
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<Waiting> waiting_;

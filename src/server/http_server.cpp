@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <dirent.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <atomic>
 #include <csignal>
@@ -35,6 +40,59 @@ struct ApiError : std::runtime_error {
 };
 
 ApiError invalid(const std::string& msg) { return {400, "invalid_request_error", msg}; }
+
+// Whether the client of a request is still connected. cpp-httplib 0.11 gives a handler no way
+// to ask (later versions have Request::is_connection_closed), but the connection's socket is
+// one of this process's descriptors: the one whose local and peer addresses are the request's.
+// A client has gone once a read would see the end of its stream (or the socket failed).
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req) {
+    DIR* dir = opendir("/proc/self/fd");
+    if (!dir) return;
+    while (const dirent* d = readdir(dir)) {
+      char* end = nullptr;
+      const long fd = std::strtol(d->d_name, &end, 10);
+      if (end == d->d_name || *end != '\0') continue;
+      if (matches(int(fd), req)) {
+        fd_ = int(fd);
+        break;
+      }
+    }
+    closedir(dir);
+  }
+  bool found() const { return fd_ >= 0; }
+  bool gone() const {
+    if (fd_ < 0) return false;
+    char c;
+    const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
+ private:
+  static bool address(int fd, bool peer, std::string& host, int& port) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if ((peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+              : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len)) != 0)
+      return false;
+    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) return false;
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&a), len, h, sizeof(h), p, sizeof(p),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      return false;
+    host = h;
+    port = std::atoi(p);
+    return true;
+  }
+  static bool matches(int fd, const httplib::Request& req) {
+    std::string host;
+    int port = -1;
+    if (!address(fd, false, host, port) || port != req.local_port) return false;
+    return address(fd, true, host, port) && port == req.remote_port && host == req.remote_addr;
+  }
+  int fd_ = -1;
+};
 
 std::string dump(const json& j) {
   // Text from the model may hold invalid UTF-8 (a cut character): replaced, never a throw.
@@ -217,7 +275,7 @@ struct Server {
     std::string what =
         e ? fmt::format(", {} prompt tokens ({} cached), {} generated, {}", e->prompt_tokens,
                         e->cached_tokens, e->completion_tokens, e->finish_reason)
-          : "";
+          : status == 499 ? ", the client closed the connection" : "";
     fmt::print(
         stderr, "polystack: request {} {} {}{} in {:.3f} s on {}{}\n", id, path, status, what, s,
         engine->session().device().info().id,
@@ -247,9 +305,21 @@ struct Server {
     const int64_t created = std::time(nullptr);
     const std::string object = chat ? "chat.completion" : "text_completion";
     if (!stream) {
+      const ClientWatch client(req);
+      auto checked = Clock::now();
       std::string text;
       for (;;) {
-        std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(1000));
+        std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(200));
+        const bool check = Clock::now() - checked >= std::chrono::milliseconds(200);
+        if (check) checked = Clock::now();
+        if (check && (!e || !e->done) && client.gone()) {
+          // Nobody is left to answer: the engine frees the slot at its next step.
+          events->cancel();
+          send_error(res, 499, "client_closed_request", "the client closed the connection");
+          log(id, req.path, 499, nullptr,
+              std::chrono::duration<double>(Clock::now() - t0).count(), prompt_text);
+          return;
+        }
         if (!e) continue;
         if (!e->done) {
           text += e->text;

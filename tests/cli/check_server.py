@@ -361,6 +361,42 @@ def main():
     finally:
         srv.stop()
 
+    # A client that leaves before its answer, streamed or not: with one slot and no queue the
+    # next request is served instead of refused, and the log says the first was stopped. Each
+    # engine step is slowed (a test hook) so that the first would run for 10 s more.
+    env = dict(os.environ, POLYSTACK_TEST_STEP_DELAY_MS="25")
+    srv = Server(b, model, ["-np", "1", "--queue", "0", "-c", "512"], env=env)
+    try:
+        for stream in (False, True):
+            what = "a streaming" if stream else "a non-streaming"
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            body = json.dumps({"prompt": prompts[0], "max_tokens": 400, "stream": stream,
+                               "temperature": 1.0, "seed": 1})
+            s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       f"application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+            time.sleep(0.5)
+            expect_error(srv, f"{what} request still generating", "POST", "/v1/completions",
+                         {"prompt": "a"}, 503, "unavailable_error")
+            s.close()
+            t0 = time.monotonic()
+            status = 503
+            while status == 503 and time.monotonic() - t0 < 5:
+                time.sleep(0.1)
+                status, j = srv.request("POST", "/v1/completions",
+                                        {"prompt": prompts[1], "max_tokens": 2})
+            if status != 200:
+                fail(f"after {what} client left: {status} {j}")
+            else:
+                print(f"after {what} client left: its slot served the next request "
+                      f"{time.monotonic() - t0:.2f} s later")
+    finally:
+        rc, log = srv.stop()
+    lines = [l for l in log.splitlines() if l.startswith("polystack: request ")]
+    # Requests 1 and 4 are the ones left: 499 without a stream; a stream stopped early has no
+    # token counts in its line (they come with the final event).
+    if len(lines) < 4 or " 499" not in lines[0] or "generated" in lines[2]:
+        fail(f"the log of the requests whose clients left: {lines}")
+
     # API keys: a wrong or missing key is a 401; /health stays open.
     srv = Server(b, model, ["-np", "1", "-c", "128", "--api-key", "sekrit"])
     try:
