@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"

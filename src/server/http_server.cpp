@@ -1,17 +1,16 @@
 #include "server/http_server.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
-#include <dirent.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-#include <cstdlib>
-
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -275,7 +274,8 @@ struct Server {
     std::string what =
         e ? fmt::format(", {} prompt tokens ({} cached), {} generated, {}", e->prompt_tokens,
                         e->cached_tokens, e->completion_tokens, e->finish_reason)
-          : status == 499 ? ", the client closed the connection" : "";
+        : status == 499 ? ", the client closed the connection"
+                        : "";
     fmt::print(
         stderr, "polystack: request {} {} {}{} in {:.3f} s on {}{}\n", id, path, status, what, s,
         engine->session().device().info().id,
@@ -316,8 +316,8 @@ struct Server {
           // Nobody is left to answer: the engine frees the slot at its next step.
           events->cancel();
           send_error(res, 499, "client_closed_request", "the client closed the connection");
-          log(id, req.path, 499, nullptr,
-              std::chrono::duration<double>(Clock::now() - t0).count(), prompt_text);
+          log(id, req.path, 499, nullptr, std::chrono::duration<double>(Clock::now() - t0).count(),
+              prompt_text);
           return;
         }
         if (!e) continue;
