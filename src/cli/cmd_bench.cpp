@@ -52,7 +52,8 @@ std::string params_text(uint64_t n) {
 // of the weight bytes.
 std::string main_type(const gguf::File& f) {
   if (const gguf::Value* v = f.find("general.file_type"); v && v->is_integer())
-    if (auto name = file_type_name(uint32_t(v->as_int()))) return *name;
+    if (v->type != gguf::ValueType::U64 || v->u <= UINT32_MAX)
+      if (auto name = file_type_name(uint32_t(v->as_int()))) return *name;
   std::map<DType, uint64_t> bytes;
   for (const auto& t : f.tensors()) bytes[t.type] += t.nbytes;
   DType best = DType::F32;

@@ -74,6 +74,7 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
     throw UsageError(fmt::format("{} sequences: 1 to 1024 are possible", opts.n_seq));
   n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
   if (n_ctx_ > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", n_ctx_));
+  if (n_ctx_ < 1) throw ModelError(fmt::format("context size {} is not positive", n_ctx_));
   n_batch_ = opts.n_batch;
 
   Registry& reg = Registry::global();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -15,7 +16,6 @@
 namespace ps::gguf {
 namespace {
 
-constexpr int kMaxArrayDepth = 8;
 constexpr int kMaxDims = 4;
 
 }  // namespace
@@ -92,14 +92,12 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
-Value read_value(Cursor& c, ValueType type, const std::string& field, int depth);
-
-std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field, int depth) {
-  if (depth >= kMaxArrayDepth)
-    c.fail(field, fmt::format("arrays nested deeper than {} levels", kMaxArrayDepth));
+std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field) {
   auto arr = std::make_shared<Array>();
   const uint32_t et = c.read<uint32_t>(field + " (array element type)");
   if (!valid_value_type(et)) c.fail(field, fmt::format("unknown array element type {}", et));
+  if (ValueType(et) == ValueType::ARRAY)
+    c.fail(field, "arrays of arrays are not supported (nor by ggml's reader)");
   arr->elem_type = ValueType(et);
   arr->count = c.read<uint64_t>(field + " (array length)");
   const size_t es = value_type_size(arr->elem_type);
@@ -108,27 +106,25 @@ std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field, int
       c.fail(field, fmt::format("array of {} {} elements is larger than the rest of the file",
                                 arr->count, value_type_name(arr->elem_type)));
     arr->raw = c.take(arr->count * es, field);
-  } else if (arr->elem_type == ValueType::STRING) {
-    // Each string takes at least its 8-byte length, which bounds a hostile count.
+  } else {
+    // Each string takes at least its 8-byte length, which bounds a hostile count (and the
+    // views reserved for it: 16 bytes each, twice the file bytes they stand for at most).
     if (arr->count > c.remaining() / 8)
       c.fail(field,
              fmt::format("array of {} strings is larger than the rest of the file", arr->count));
     arr->strings.reserve(arr->count);
-    for (uint64_t k = 0; k < arr->count; ++k)
-      arr->strings.push_back(c.read_string(fmt::format("{}[{}]", field, k)));
-  } else {  // nested arrays: each takes at least 12 bytes of header
-    if (arr->count > c.remaining() / 12)
-      c.fail(field,
-             fmt::format("array of {} arrays is larger than the rest of the file", arr->count));
-    arr->arrays.reserve(arr->count);
-    for (uint64_t k = 0; k < arr->count; ++k)
-      arr->arrays.push_back(
-          read_value(c, ValueType::ARRAY, fmt::format("{}[{}]", field, k), depth + 1));
+    for (uint64_t k = 0; k < arr->count; ++k) {
+      const uint64_t len = c.read<uint64_t>(field);
+      if (len > c.remaining())
+        c.fail(fmt::format("{}[{}]", field, k),
+               fmt::format("string of {} bytes runs past the end of the file", len));
+      arr->strings.emplace_back(reinterpret_cast<const char*>(c.take(len, field)), size_t(len));
+    }
   }
   return arr;
 }
 
-Value read_value(Cursor& c, ValueType type, const std::string& field, int depth) {
+Value read_value(Cursor& c, ValueType type, const std::string& field) {
   Value v;
   v.type = type;
   switch (type) {
@@ -172,7 +168,7 @@ Value read_value(Cursor& c, ValueType type, const std::string& field, int depth)
       v.str = c.read_string(field);
       break;
     case ValueType::ARRAY:
-      v.arr = read_array(c, field, depth);
+      v.arr = read_array(c, field);
       break;
   }
   return v;
@@ -211,14 +207,30 @@ bool Value::is_integer() const {
   }
 }
 
+// A float as an int64 when it is a whole number in range; else a GgufError (a plain cast of
+// NaN or 1e30 is undefined behaviour).
+int64_t whole(double f) {
+  if (!std::isfinite(f) || f != std::trunc(f) || f < -9.2233720368547758e18 ||
+      f >= 9.2233720368547758e18)
+    throw GgufError(fmt::format("{} is not an integer", f));
+  return int64_t(f);
+}
+
+int64_t unsigned_int(uint64_t u) {
+  if (u > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw GgufError(fmt::format("{} is too large", u));
+  return int64_t(u);
+}
+
 int64_t Value::as_int() const {
   switch (type) {
     case ValueType::U8:
     case ValueType::U16:
     case ValueType::U32:
-    case ValueType::U64:
     case ValueType::BOOL:
       return int64_t(u);
+    case ValueType::U64:
+      return unsigned_int(u);
     case ValueType::I8:
     case ValueType::I16:
     case ValueType::I32:
@@ -226,9 +238,9 @@ int64_t Value::as_int() const {
       return i;
     case ValueType::F32:
     case ValueType::F64:
-      return int64_t(f);
+      return whole(f);
     default:
-      return 0;
+      throw GgufError(fmt::format("a {} read as a number", value_type_name(type)));
   }
 }
 
@@ -252,13 +264,13 @@ int64_t Array::int_at(uint64_t idx) const {
     case ValueType::I32:
       return load<int32_t>(p);
     case ValueType::U64:
-      return int64_t(load<uint64_t>(p));
+      return unsigned_int(load<uint64_t>(p));
     case ValueType::I64:
       return load<int64_t>(p);
     case ValueType::F32:
-      return int64_t(load<float>(p));
+      return whole(load<float>(p));
     case ValueType::F64:
-      return int64_t(load<double>(p));
+      return whole(load<double>(p));
     default:
       throw GgufError("array of " + std::string(value_type_name(elem_type)) + " read as numbers");
   }
@@ -333,6 +345,10 @@ void File::parse_all() {
 
   const uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   const uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");
+  if (n_kv > kMaxMetadata)
+    c.fail("metadata_kv_count", fmt::format("{} entries; at most {} are read", n_kv, kMaxMetadata));
+  if (n_tensors > kMaxTensors)
+    c.fail("tensor_count", fmt::format("{} tensors; at most {} are read", n_tensors, kMaxTensors));
   // Smallest key/value record: 8-byte key length + 4-byte type + 1-byte value.
   if (n_kv > c.remaining() / 13)
     c.fail("metadata_kv_count", fmt::format("{} entries cannot fit in the file", n_kv));
@@ -343,14 +359,13 @@ void File::parse_all() {
   kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     const std::string field = fmt::format("metadata entry {}", k);
-    std::string key(c.read_string(field + " key"));
+    const std::string_view key = c.read_string(field + " key");
     const std::string kfield = fmt::format("metadata '{}'", key);
     const uint32_t t = c.read<uint32_t>(kfield + " (type)");
     if (!valid_value_type(t)) c.fail(kfield, fmt::format("unknown value type {}", t));
-    Value v = read_value(c, ValueType(t), kfield, 0);
-    if (kv_index_.count(key)) c.fail(kfield, "duplicate metadata key");
-    kv_index_.emplace(key, kv_.size());
-    kv_.emplace_back(std::move(key), std::move(v));
+    Value v = read_value(c, ValueType(t), kfield);
+    if (!kv_index_.emplace(key, kv_.size()).second) c.fail(kfield, "duplicate metadata key");
+    kv_.emplace_back(std::string(key), std::move(v));
   }
 
   if (const Value* a = find("general.alignment")) {
@@ -363,7 +378,8 @@ void File::parse_all() {
   tensors_.reserve(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) {
     TensorInfo ti;
-    ti.name = std::string(c.read_string(fmt::format("tensor info {} name", k)));
+    const std::string_view name = c.read_string(fmt::format("tensor info {} name", k));
+    ti.name = std::string(name);
     const std::string field = fmt::format("tensor '{}'", ti.name);
     const uint32_t n_dims = c.read<uint32_t>(field + " (n_dims)");
     if (n_dims == 0 || n_dims > kMaxDims)
@@ -392,8 +408,8 @@ void File::parse_all() {
     if (ti.offset % alignment_ != 0)
       c.fail(field, fmt::format("data offset {} is not a multiple of the alignment {}", ti.offset,
                                 alignment_));
-    if (tensor_index_.count(ti.name)) c.fail(field, "duplicate tensor name");
-    tensor_index_.emplace(ti.name, tensors_.size());
+    if (!tensor_index_.emplace(name, tensors_.size()).second)
+      c.fail(field, "duplicate tensor name");
     tensors_.push_back(std::move(ti));
   }
 
@@ -438,24 +454,111 @@ std::string File::get_string(std::string_view key, std::string_view def) const {
   return std::string(v->str);
 }
 
-int64_t File::get_int(std::string_view key, int64_t def) const {
+namespace {
+
+std::string int_range(int64_t lo, int64_t hi) {
+  return lo == 0 && hi == 1 ? "0 or 1" : fmt::format("an integer in {}..{}", lo, hi);
+}
+
+// "is NaN" / "is inf" / "= 2.5": how an error shows a number.
+std::string shown(double f) {
+  if (std::isnan(f)) return "is NaN";
+  if (std::isinf(f)) return f > 0 ? "is inf" : "is -inf";
+  return fmt::format("= {}", f);
+}
+
+// The same, for a number refused by its range: "is NaN" / "= 2.5 is out of range".
+std::string out_of_range(double f) {
+  return std::isfinite(f) ? shown(f) + " is out of range" : shown(f);
+}
+
+}  // namespace
+
+int64_t File::get_int(std::string_view key, int64_t def, int64_t lo, int64_t hi) const {
   const Value* v = find(key);
   if (!v) return def;
   if (!v->is_integer() && v->type != ValueType::BOOL)
-    throw GgufError(fmt::format("{}: metadata '{}': expected an integer, found {}", path_, key,
-                                value_type_name(v->type)));
-  if (v->type == ValueType::U64 && v->u > uint64_t(std::numeric_limits<int64_t>::max()))
-    throw GgufError(fmt::format("{}: metadata '{}': value {} is too large", path_, key, v->u));
+    throw GgufError(fmt::format("{}: metadata '{}': expected {}, found {}", path_, key,
+                                int_range(lo, hi), value_type_name(v->type)));
+  const bool huge = v->type == ValueType::U64 && v->u > uint64_t(INT64_MAX);
+  if (huge || v->as_int() < lo || v->as_int() > hi)
+    throw GgufError(fmt::format("{}: metadata '{}' = {} is out of range; expected {}", path_, key,
+                                huge ? fmt::format("{}", v->u) : fmt::format("{}", v->as_int()),
+                                int_range(lo, hi)));
   return v->as_int();
 }
 
-double File::get_float(std::string_view key, double def) const {
+double File::get_float(std::string_view key, double def, double lo, double hi) const {
   const Value* v = find(key);
   if (!v) return def;
   if (!v->is_float() && !v->is_integer())
     throw GgufError(fmt::format("{}: metadata '{}': expected a number, found {}", path_, key,
                                 value_type_name(v->type)));
-  return v->as_double();
+  const double d = v->type == ValueType::U64 ? double(v->u) : v->as_double();
+  if (!(d >= lo && d <= hi))
+    throw GgufError(fmt::format("{}: metadata '{}' {}; expected a number in [{}, {}]", path_, key,
+                                out_of_range(d), lo, hi));
+  return d;
+}
+
+std::optional<std::vector<int64_t>> File::get_int_array(std::string_view key, int64_t lo,
+                                                        int64_t hi) const {
+  const Array* a = find_array(key);
+  if (!a) return std::nullopt;
+  if (!a->raw)
+    throw GgufError(
+        fmt::format("{}: metadata '{}': expected an array of numbers, found an array "
+                    "of {}",
+                    path_, key, value_type_name(a->elem_type)));
+  std::vector<int64_t> out;
+  out.reserve(size_t(a->count));
+  for (uint64_t i = 0; i < a->count; ++i) {
+    int64_t n = 0;
+    bool ok;
+    std::string value;
+    if (a->elem_type == ValueType::F32 || a->elem_type == ValueType::F64) {
+      const double d = a->double_at(i);
+      ok = std::isfinite(d) && d == std::trunc(d) && d >= double(lo) && d <= double(hi);
+      if (ok) n = int64_t(d);
+      value = shown(d);
+    } else if (a->elem_type == ValueType::U64) {
+      const uint64_t u = load<uint64_t>(a->raw + i * 8);
+      ok = hi >= 0 && u <= uint64_t(hi) && int64_t(u) >= lo;
+      n = int64_t(u);
+      value = fmt::format("= {}", u);
+    } else {
+      n = a->int_at(i);
+      ok = n >= lo && n <= hi;
+      value = fmt::format("= {}", n);
+    }
+    if (!ok)
+      throw GgufError(fmt::format("{}: metadata '{}[{}]' {}; expected {}", path_, key, i, value,
+                                  int_range(lo, hi)));
+    out.push_back(n);
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> File::get_float_array(std::string_view key, double lo,
+                                                         double hi) const {
+  const Array* a = find_array(key);
+  if (!a) return std::nullopt;
+  if (!a->raw)
+    throw GgufError(
+        fmt::format("{}: metadata '{}': expected an array of numbers, found an array "
+                    "of {}",
+                    path_, key, value_type_name(a->elem_type)));
+  std::vector<double> out;
+  out.reserve(size_t(a->count));
+  for (uint64_t i = 0; i < a->count; ++i) {
+    const double d =
+        a->elem_type == ValueType::U64 ? double(load<uint64_t>(a->raw + i * 8)) : a->double_at(i);
+    if (!(d >= lo && d <= hi))
+      throw GgufError(fmt::format("{}: metadata '{}[{}]' {}; expected a number in [{}, {}]", path_,
+                                  key, i, out_of_range(d), lo, hi));
+    out.push_back(d);
+  }
+  return out;
 }
 
 bool File::get_bool(std::string_view key, bool def) const {
@@ -472,9 +575,9 @@ std::string File::require_string(std::string_view key) const {
   return get_string(key);
 }
 
-int64_t File::require_int(std::string_view key) const {
+int64_t File::require_int(std::string_view key, int64_t lo, int64_t hi) const {
   if (!find(key)) throw GgufError(fmt::format("{}: metadata '{}' is missing", path_, key));
-  return get_int(key, 0);
+  return get_int(key, 0, lo, hi);
 }
 
 const Array* File::find_array(std::string_view key) const {

@@ -68,8 +68,6 @@ void Writer::put_value(const Value& v) {
       put_scalar<uint64_t>(a.count);
       if (a.elem_type == ValueType::STRING) {
         for (std::string_view s : a.strings) put_string(s);
-      } else if (a.elem_type == ValueType::ARRAY) {
-        for (const Value& e : a.arrays) put_value(e);  // each: its element type, count, data
       } else {
         put(a.raw, size_t(a.count) * value_type_size(a.elem_type));
       }

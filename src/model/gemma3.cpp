@@ -30,17 +30,12 @@ class Gemma3Model final : public Model {
     auto& p = params_;
     p.rope_mode = RopeMode::NeoX;
 
-    const double softcap = f.get_float(a + ".final_logit_softcapping", 0.0);
+    const double softcap = f.get_float(a + ".final_logit_softcapping", 0.0, -1e30, 1e30);
     if (softcap != 0.0)
       throw ModelError(
           fmt::format("{}: final_logit_softcapping = {} is not supported", f.path(), softcap));
-    window_ = f.get_int(a + ".attention.sliding_window", 0);
-    if (window_ < 0 || window_ > (int64_t(1) << 24))
-      throw ModelError(
-          fmt::format("{}: metadata '{}.attention.sliding_window' = {} is out of "
-                      "range",
-                      f.path(), a, window_));
-    swa_rope_base_ = float(f.get_float(a + ".rope.freq_base_swa", 10000.0));
+    window_ = sliding_window(f, a);
+    swa_rope_base_ = float(f.get_float(a + ".rope.freq_base_swa", 10000.0, 1.0, 1e12));
     // Gemma 3 27B scales queries by its model width per head, the others by the head size
     // (as in the reference implementation's config).
     kq_scale_ = p.n_layer == 62 ? 1.0f / std::sqrt(float(p.n_embd / p.n_head))
@@ -106,17 +101,14 @@ class Gemma3Model final : public Model {
     const std::string key = a + ".attention.sliding_window_pattern";
     const gguf::Value* v = f.find(key);
     if (v && v->type == gguf::ValueType::ARRAY) {
-      const gguf::Array& arr = *v->arr;
-      if (arr.count != uint64_t(n_layer) || !arr.raw)
+      const std::vector<int64_t> flags = *f.get_int_array(key, 0, 1);
+      if (flags.size() != size_t(n_layer))
         throw ModelError(fmt::format("{}: metadata '{}' has {} entries for {} layers", f.path(),
-                                     key, arr.count, n_layer));
-      for (int64_t l = 0; l < n_layer; ++l) sliding[size_t(l)] = arr.int_at(uint64_t(l)) != 0;
+                                     key, flags.size(), n_layer));
+      for (int64_t l = 0; l < n_layer; ++l) sliding[size_t(l)] = flags[size_t(l)] != 0;
       return sliding;
     }
-    const int64_t period = f.get_int(key, 6);
-    if (period < 0 || period > (int64_t(1) << 24))
-      throw ModelError(
-          fmt::format("{}: metadata '{}' = {} is out of range", f.path(), key, period));
+    const int64_t period = f.get_int(key, 6, 0, int64_t(1) << 24);
     for (int64_t l = 0; l < n_layer; ++l)
       sliding[size_t(l)] = period == 0 || l % period < period - 1;
     return sliding;

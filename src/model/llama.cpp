@@ -53,25 +53,17 @@ class LlamaFamilyModel final : public Model {
             "{}: the file has only one of rope_factors_short.weight and rope_factors_long.weight",
             f.path()));
       const std::string orig_key = a + ".rope.scaling.original_context_length";
-      n_ctx_orig_ = f.get_int(orig_key, p.n_ctx_train);
-      if (n_ctx_orig_ <= 0 || n_ctx_orig_ > (int64_t(1) << 24))
-        throw ModelError(
-            fmt::format("{}: metadata '{}' = {} is out of range", f.path(), orig_key, n_ctx_orig_));
+      n_ctx_orig_ = f.get_int(orig_key, p.n_ctx_train, 1, int64_t(1) << 24);
       const std::string attn_key = a + ".rope.scaling.attn_factor";
-      attn_factor_ = float(f.get_float(attn_key, 1.0));
-      if (!std::isfinite(attn_factor_) || attn_factor_ <= 0.0f || attn_factor_ > 16.0f)
+      attn_factor_ = float(f.get_float(attn_key, 1.0, 0.0, 16.0));
+      if (attn_factor_ <= 0.0f)
         throw ModelError(fmt::format("{}: metadata '{}' = {} is out of range (0, 16]", f.path(),
                                      attn_key, attn_factor_));
       if (factors_long_)
         p.features.push_back(fmt::format(
             "LongRoPE (short factors up to a context of {}, long beyond; attn_factor {:.4g})",
             n_ctx_orig_, attn_factor_));
-      window_ = f.get_int(a + ".attention.sliding_window", 0);
-      if (window_ < 0 || window_ > (int64_t(1) << 24))
-        throw ModelError(
-            fmt::format("{}: metadata '{}.attention.sliding_window' = {} is out of "
-                        "range",
-                        f.path(), a, window_));
+      window_ = sliding_window(f, a);
       if (window_ > 0) {
         p.layer_window.assign(size_t(p.n_layer), window_);
         p.features.push_back(fmt::format("sliding window of {} positions on every layer", window_));

@@ -52,41 +52,38 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
   auto& p = params_;
   p.architecture = a;
   p.name = f.get_string("general.name", "");
-  auto req = [&](const std::string& key) {
-    const int64_t v = f.require_int(key);
-    if (v <= 0 || v > (int64_t(1) << 24))
-      throw ModelError(fmt::format("{}: metadata '{}' = {} is out of range", f.path(), key, v));
-    return v;
-  };
-  p.n_embd = req(a + ".embedding_length");
-  p.n_layer = req(a + ".block_count");
-  p.n_ff = req(a + ".feed_forward_length");
-  p.n_head = req(a + ".attention.head_count");
-  p.n_head_kv =
-      f.has(a + ".attention.head_count_kv") ? req(a + ".attention.head_count_kv") : p.n_head;
-  p.n_ctx_train = f.get_int(a + ".context_length", 2048);
+  // Every hyperparameter within sane bounds before use; the sizes of the weights they imply
+  // are then checked against the file's tensors (weight()), which bounds them by the file.
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  p.n_embd = f.require_int(a + ".embedding_length", 1, kMaxDim);
+  p.n_layer = f.require_int(a + ".block_count", 1, kMaxDim);
+  p.n_ff = f.require_int(a + ".feed_forward_length", 1, kMaxDim);
+  p.n_head = f.require_int(a + ".attention.head_count", 1, kMaxDim);
+  p.n_head_kv = f.get_int(a + ".attention.head_count_kv", p.n_head, 1, kMaxDim);
+  p.n_ctx_train = f.get_int(a + ".context_length", 2048, 1, kMaxDim);
   if (p.n_head % p.n_head_kv != 0)
     throw ModelError(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}",
                                  f.path(), p.n_head, p.n_head_kv));
   if (!f.has(a + ".attention.key_length") && p.n_embd % p.n_head != 0)
     throw ModelError(fmt::format("{}: embedding_length {} is not a multiple of head_count {}",
                                  f.path(), p.n_embd, p.n_head));
-  p.head_dim = f.get_int(a + ".attention.key_length", p.n_embd / p.n_head);
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > 1024)
-    throw ModelError(fmt::format("{}: head dimension {} is invalid", f.path(), p.head_dim));
-  if (f.get_int(a + ".attention.value_length", p.head_dim) != p.head_dim)
-    throw ModelError(fmt::format("{}: value_length {} differs from key_length {}", f.path(),
-                                 f.get_int(a + ".attention.value_length", 0), p.head_dim));
-  p.n_rot = f.get_int(a + ".rope.dimension_count", p.head_dim);
-  if (p.n_rot <= 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0)
+  p.head_dim = f.get_int(a + ".attention.key_length", p.n_embd / p.n_head, 1, 1024);
+  if (p.head_dim % 2 != 0)
+    throw ModelError(fmt::format("{}: head dimension {} is odd", f.path(), p.head_dim));
+  const int64_t v_len = f.get_int(a + ".attention.value_length", p.head_dim, 1, 1024);
+  if (v_len != p.head_dim)
+    throw ModelError(
+        fmt::format("{}: value_length {} differs from key_length {}", f.path(), v_len, p.head_dim));
+  p.n_rot = f.get_int(a + ".rope.dimension_count", p.head_dim, 1, 1024);
+  if (p.n_rot > p.head_dim || p.n_rot % 2 != 0)
     throw ModelError(fmt::format("{}: rope.dimension_count {} is invalid for head size {}",
                                  f.path(), p.n_rot, p.head_dim));
-  p.norm_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5));
-  p.rope_freq_base = float(f.get_float(a + ".rope.freq_base", 10000.0));
+  p.norm_eps = float(f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0));
+  p.rope_freq_base = float(f.get_float(a + ".rope.freq_base", 10000.0, 1.0, 1e12));
   const std::string scaling_key = a + ".rope.scaling.type";
   const std::string scaling = f.get_string(scaling_key, "");
-  float factor = float(f.get_float(a + ".rope.scaling.factor", 0.0));
-  if (factor == 0.0f) factor = float(f.get_float(a + ".rope.scale_linear", 0.0));
+  float factor = float(f.get_float(a + ".rope.scaling.factor", 0.0, 0.0, 1e6));
+  if (factor == 0.0f) factor = float(f.get_float(a + ".rope.scale_linear", 0.0, 0.0, 1e6));
   if (scaling.empty() || scaling == "none") {
     if (scaling.empty() && factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
   } else if (scaling == "linear") {
@@ -108,6 +105,10 @@ void Model::load_embeddings(const gguf::File& f) {
   output_ = weight(f, "output.weight", {p.n_embd, p.n_vocab, 1, 1}, /*optional=*/true);
   p.tied_output = output_ == nullptr;
   if (!output_) output_ = tok_embd_;
+}
+
+int64_t Model::sliding_window(const gguf::File& f, const std::string& arch) {
+  return f.get_int(arch + ".attention.sliding_window", 0, 0, int64_t(1) << 24);
 }
 
 BlockWeights Model::block_weights(const gguf::File& f, int64_t l) {

@@ -102,6 +102,8 @@ class Model {
   void read_transformer_params(const gguf::File& f, const std::string& arch);
   // Block `layer`'s BlockWeights, each checked against the hyperparameters.
   BlockWeights block_weights(const gguf::File& f, int64_t layer);
+  // `<arch>.attention.sliding_window`: 0 (none) when absent, at most 2^24 positions.
+  static int64_t sliding_window(const gguf::File& f, const std::string& arch);
   // token_embd, output_norm and output (token_embd again when the file ties them).
   void load_embeddings(const gguf::File& f);
   // Writes this batch's K [head_dim, n_head_kv, T] and V [kv_dim, T] into layer l's cache,

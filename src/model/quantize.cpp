@@ -119,9 +119,10 @@ QuantizeReport quantize_model(const std::string& in, const std::string& out, con
                               const std::function<void(const QuantizeProgress&)>& progress) {
   const auto file = gguf::File::open(in);
   const std::string arch = file->get_string("general.architecture");
-  const int n_layers = int(file->get_int(arch + ".block_count", 0));
-  const int64_t n_head = file->get_int(arch + ".attention.head_count", 1);
-  const int64_t n_head_kv = file->get_int(arch + ".attention.head_count_kv", n_head);
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  const int n_layers = int(file->get_int(arch + ".block_count", 0, 0, kMaxDim));
+  const int64_t n_head = file->get_int(arch + ".attention.head_count", 1, 1, kMaxDim);
+  const int64_t n_head_kv = file->get_int(arch + ".attention.head_count_kv", n_head, 1, kMaxDim);
   const bool tied = file->find_tensor("output.weight") == nullptr;
 
   QuantizeReport report;

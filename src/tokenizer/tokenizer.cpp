@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -42,7 +44,7 @@ bool read_bool(const gguf::File& file, std::string_view key, bool def) {
   if (!v) return def;
   if (v->type != gguf::ValueType::BOOL && !v->is_integer())
     fail(file, key, fmt::format("expected a bool, found {}", gguf::value_type_name(v->type)));
-  return v->as_int() != 0;
+  return v->type == gguf::ValueType::U64 ? v->u != 0 : v->as_int() != 0;
 }
 
 TokenType type_from_gguf(int64_t t) {
@@ -124,6 +126,14 @@ void Tokenizer::load_vocab(const gguf::File& file, const VocabDefaults& d) {
   if (types && types->count != n)
     fail(file, kTypesKey, fmt::format("has {} entries but {} has {}", types->count, kTokensKey, n));
 
+  // A U64 type above int64's range is no type we know (int_at would refuse it).
+  auto type_at = [&](size_t i) {
+    if (!types) return TokenType::Normal;
+    if (types->elem_type != gguf::ValueType::U64) return type_from_gguf(types->int_at(i));
+    uint64_t u;
+    std::memcpy(&u, types->raw + i * 8, 8);
+    return type_from_gguf(u <= 6 ? int64_t(u) : -1);
+  };
   tokens_.resize(n);
   types_.resize(n);
   scores_.resize(n);
@@ -140,7 +150,11 @@ void Tokenizer::load_vocab(const gguf::File& file, const VocabDefaults& d) {
     max_token_len_ = std::max(max_token_len_, text.size());
     tokens_[i] = std::move(text);
     scores_[i] = scores ? float(scores->double_at(i)) : 0.0f;
-    types_[i] = types ? type_from_gguf(types->int_at(i)) : TokenType::Normal;
+    // Scores order merges: NaN or an infinity would make that order meaningless.
+    if (!std::isfinite(scores_[i]))
+      fail(file, kScoresKey,
+           fmt::format("score {} of token {} is not a finite number", scores_[i], i));
+    types_[i] = type_at(i);
     switch (types_[i]) {
       case TokenType::Normal:
         attrs_[i] = kAttrNormal;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -35,6 +36,9 @@ class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t n) : size_(n) {
     // 64-byte alignment for AVX-512 loads; at least one byte so the pointer is never null.
+    // A size whose rounding would wrap is refused, not turned into a tiny allocation.
+    if (n > std::numeric_limits<size_t>::max() - 128)
+      throw BackendError(fmt::format("cpu: cannot allocate {} bytes", n));
     data_ = static_cast<unsigned char*>(std::aligned_alloc(64, (n + 63) / 64 * 64 + 64));
     if (!data_) throw BackendError(fmt::format("cpu: cannot allocate {} bytes", n));
   }
