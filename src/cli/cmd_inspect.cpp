@@ -1,10 +1,12 @@
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 
@@ -14,11 +16,20 @@ namespace {
 constexpr uint64_t kArrayPreview = 8;     // elements shown in text output
 constexpr uint64_t kJsonArrayFull = 256;  // longer arrays are summarized in JSON
 
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+std::string json_text(std::string_view s) { return printable(s, false); }
+std::string term_text(std::string_view s) { return printable(s, true); }
+
 nlohmann::json scalar_json(const gguf::Value& v) {
   using gguf::ValueType;
   switch (v.type) {
     case ValueType::STRING:
-      return std::string(v.str);
+      return json_text(v.str);
     case ValueType::BOOL:
       return v.u != 0;
     case ValueType::F32:
@@ -38,14 +49,14 @@ nlohmann::json element_json(const gguf::Array& a, uint64_t i) {
   using gguf::ValueType;
   switch (a.elem_type) {
     case ValueType::STRING:
-      return std::string(a.string_at(i));
+      return json_text(a.string_at(i));
     case ValueType::F32:
     case ValueType::F64:
       return a.double_at(i);
     case ValueType::BOOL:
       return a.int_at(i) != 0;
-    case ValueType::ARRAY:
-      return nlohmann::json{{"type", "array"}, {"count", a.arrays[i].arr->count}};
+    case ValueType::U64:  // may be above int64's range
+      return a.raw ? load_u64(a.raw + i * 8) : 0;
     default:
       return a.int_at(i);
   }
@@ -64,18 +75,17 @@ nlohmann::json value_json(const gguf::Value& v) {
 }
 
 std::string value_text(const gguf::Value& v) {
-  if (v.type == gguf::ValueType::STRING) {
-    std::string s(v.str.substr(0, 120));
-    for (char& c : s)
-      if (c == '\n') c = ' ';
-    return fmt::format("\"{}\"{}", s, v.str.size() > 120 ? "..." : "");
-  }
+  if (v.type == gguf::ValueType::STRING)
+    return fmt::format("\"{}\"{}", term_text(v.str.substr(0, 120)),
+                       v.str.size() > 120 ? "..." : "");
   if (v.type != gguf::ValueType::ARRAY) return scalar_json(v).dump();
   const gguf::Array& a = *v.arr;
   std::string s = fmt::format("[{} x {}]", a.count, gguf::value_type_name(a.elem_type));
   std::string items;
   for (uint64_t i = 0; i < std::min(a.count, kArrayPreview); ++i)
-    items += (i ? ", " : "") + element_json(a, i).dump();
+    items += (i ? ", " : "") + (a.elem_type == gguf::ValueType::STRING
+                                    ? fmt::format("\"{}\"", term_text(a.string_at(i)))
+                                    : element_json(a, i).dump());
   return s + " " + "[" + items + (a.count > kArrayPreview ? ", ..." : "") + "]";
 }
 
@@ -119,9 +129,9 @@ Action add_inspect(CLI::App& app) {
                         {"features", mp.features},
                         {"warnings", mp.warnings}};
       } else {
-        out["model_error"] = model_error;
+        out["model_error"] = json_text(model_error);
       }
-      out["path"] = *path;
+      out["path"] = json_text(*path);
       out["version"] = f->version();
       out["alignment"] = f->alignment();
       out["file_size"] = f->file_size();
@@ -129,28 +139,30 @@ Action add_inspect(CLI::App& app) {
       out["n_elements"] = total_elems;
       out["tensor_bytes"] = total_bytes;
       nlohmann::json md = nlohmann::json::object();
-      for (const auto& [k, v] : f->metadata()) md[k] = value_json(v);
+      for (const auto& [k, v] : f->metadata()) md[json_text(k)] = value_json(v);
       out["metadata"] = md;
       nlohmann::json ts = nlohmann::json::array();
       for (const auto& t : f->tensors())
-        ts.push_back({{"name", t.name},
+        ts.push_back({{"name", json_text(t.name)},
                       {"type", dtype_name(t.type)},
                       {"shape", t.dims},
                       {"offset", t.offset},
                       {"bytes", t.nbytes}});
       out["tensors"] = ts;
-      fmt::print("{}\n", out.dump(2));
+      // Every string above is valid UTF-8; replace is a last guard (a name inside a message).
+      fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
     fmt::print("file: {}\nGGUF version {}, alignment {}, {} ({} bytes)\n", *path, f->version(),
                f->alignment(), human_bytes(f->file_size()), f->file_size());
     fmt::print("\nmetadata ({} keys):\n", f->metadata().size());
-    for (const auto& [k, v] : f->metadata()) fmt::print("  {:<44} {}\n", k, value_text(v));
+    for (const auto& [k, v] : f->metadata())
+      fmt::print("  {:<44} {}\n", term_text(k), value_text(v));
     fmt::print("\ntensors ({}, {} elements, {}):\n", f->tensors().size(), total_elems,
                human_bytes(total_bytes));
     for (const auto& t : f->tensors())
-      fmt::print("  {:<36} {:<6} [{}]  {}\n", t.name, dtype_name(t.type), fmt::join(t.dims, ", "),
-                 human_bytes(t.nbytes));
+      fmt::print("  {:<36} {:<6} [{}]  {}\n", term_text(t.name), dtype_name(t.type),
+                 fmt::join(t.dims, ", "), human_bytes(t.nbytes));
     fmt::print("\ntypes:");
     for (const auto& [t, n] : by_type) fmt::print(" {} x{}", t, n);
     fmt::print("\n");
@@ -159,10 +171,10 @@ Action add_inspect(CLI::App& app) {
       fmt::print("\nmodel: {}, {} layers, head size {}, RoPE over {} dims ({})\n", mp.architecture,
                  mp.n_layer, mp.head_dim, mp.n_rot,
                  mp.rope_mode == RopeMode::NeoX ? "NeoX halves" : "adjacent pairs");
-      for (const std::string& s : mp.features) fmt::print("  uses: {}\n", s);
-      for (const std::string& s : mp.warnings) fmt::print("  warning: {}\n", s);
+      for (const std::string& s : mp.features) fmt::print("  uses: {}\n", term_text(s));
+      for (const std::string& s : mp.warnings) fmt::print("  warning: {}\n", term_text(s));
     } else {
-      fmt::print("\nmodel: polystack cannot run this file: {}\n", model_error);
+      fmt::print("\nmodel: polystack cannot run this file: {}\n", term_text(model_error));
     }
     return 0;
   };

@@ -12,6 +12,7 @@
 #include "backend/device_choice.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/version.h"
 
 namespace ps::cli {
@@ -25,16 +26,7 @@ std::string read_file_bytes(const std::string& path) {
 namespace {
 
 // Error text can carry bytes from the file or the command line; keep the message on one line.
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f)
-      out += fmt::format("\\x{:02x}", c);
-    else
-      out += char(c);
-  }
-  return out;
-}
+std::string one_line(std::string_view s) { return printable(s, true); }
 
 }  // namespace
 }  // namespace ps::cli
