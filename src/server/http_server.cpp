@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "server/chat_template.h"
 #include "server/engine.h"
+#include "server/request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps::server {
@@ -28,17 +29,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// A client error: the HTTP status, OpenAI's error type and the message.
-struct ApiError : std::runtime_error {
-  int status;
-  std::string type;
-  json extra;
-  ApiError(int s, std::string t, const std::string& msg, json x = json::object())
-      : std::runtime_error(msg), status(s), type(std::move(t)), extra(std::move(x)) {}
-};
-
-ApiError invalid(const std::string& msg) { return {400, "invalid_request_error", msg}; }
 
 // Whether the client of a request is still connected. cpp-httplib 0.11 gives a handler no way
 // to ask (later versions have Request::is_connection_closed), but the connection's socket is
@@ -106,51 +96,6 @@ void send_error(httplib::Response& res, int status, const std::string& type,
   res.set_content(dump({{"error", e}}), "application/json");
 }
 
-json parse_body(const httplib::Request& req) {
-  json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded()) throw invalid("the request body is not valid JSON");
-  if (!body.is_object()) throw invalid("the request body must be a JSON object");
-  return body;
-}
-
-// Typed field readers: absent or null gives the default; a wrong type is a 400 naming it.
-template <typename T>
-T number(const json& b, const char* key, T dflt, double lo, double hi) {
-  if (!b.contains(key) || b[key].is_null()) return dflt;
-  const json& v = b[key];
-  if (std::is_integral_v<T> ? !v.is_number_integer() : !v.is_number())
-    throw invalid(
-        fmt::format("'{}' must be {}", key, std::is_integral_v<T> ? "an integer" : "a number"));
-  const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) throw invalid(fmt::format("'{}' must be in [{}, {}]", key, lo, hi));
-  return v.get<T>();
-}
-
-bool boolean(const json& b, const char* key, bool dflt) {
-  if (!b.contains(key) || b[key].is_null()) return dflt;
-  if (!b[key].is_boolean()) throw invalid(fmt::format("'{}' must be a boolean", key));
-  return b[key].get<bool>();
-}
-
-// content: a string, or an array of {"type": "text", "text": ...} parts.
-std::string content_text(const json& c, const std::string& where) {
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_null()) return "";
-  if (!c.is_array()) throw invalid(where + " must be a string or an array of text parts");
-  std::string out;
-  for (const json& part : c) {
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      throw invalid(where + ": each part must be an object with a 'type'");
-    if (part["type"] != "text")
-      throw invalid(fmt::format("{}: parts of type '{}' are not supported (text only)", where,
-                                part["type"].get<std::string>()));
-    if (!part.contains("text") || !part["text"].is_string())
-      throw invalid(where + ": a text part needs a string 'text'");
-    out += part["text"].get<std::string>();
-  }
-  return out;
-}
-
 struct Server {
   ServerOptions opts;
   std::shared_ptr<LoadedModel> model;
@@ -166,100 +111,6 @@ struct Server {
   void count(int status) {
     std::lock_guard<std::mutex> lock(stats_m);
     ++by_status[status];
-  }
-
-  // The request's sampling, length and stop fields.
-  CompletionRequest read_common(const json& b) {
-    if (b.contains("model") && !b["model"].is_null() && !b["model"].is_string())
-      throw invalid("'model' must be a string");
-    if (number<int64_t>(b, "n", 1, -1e18, 1e18) != 1)
-      throw invalid("'n' must be 1: one choice per request");
-    CompletionRequest r;
-    SamplerParams& sp = r.sampling;
-    sp.temp = number<float>(b, "temperature", sp.temp, 0, 100);
-    sp.top_p = number<float>(b, "top_p", sp.top_p, 0, 1);
-    sp.top_k = number<int32_t>(b, "top_k", sp.top_k, 0, 1 << 30);
-    sp.min_p = number<float>(b, "min_p", sp.min_p, 0, 1);
-    sp.presence_penalty = number<float>(b, "presence_penalty", 0, -2, 2);
-    sp.frequency_penalty = number<float>(b, "frequency_penalty", 0, -2, 2);
-    sp.repeat_penalty = number<float>(b, "repeat_penalty", sp.repeat_penalty, 0, 100);
-    if (sp.repeat_penalty <= 0) throw invalid("'repeat_penalty' must be positive");
-    const int64_t seed = number<int64_t>(b, "seed", -1, -9.2e18, 9.2e18);
-    sp.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
-    int64_t max = number<int64_t>(b, "max_tokens", -1, 1, 1e9);
-    max = number<int64_t>(b, "max_completion_tokens", max, 1, 1e9);
-    r.max_tokens = int(max);
-    if (b.contains("stop") && !b["stop"].is_null()) {
-      const json& s = b["stop"];
-      if (s.is_string())
-        r.stop.push_back(s.get<std::string>());
-      else if (s.is_array() && s.size() <= 16 &&
-               std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
-        for (const json& x : s) r.stop.push_back(x.get<std::string>());
-      else
-        throw invalid("'stop' must be a string or an array of at most 16 strings");
-    }
-    try {
-      Sampler check(sp, tok().n_vocab());
-    } catch (const UsageError& e) {
-      throw invalid(e.what());
-    }
-    return r;
-  }
-
-  void check_fits(const CompletionRequest& r) const {
-    const int n_ctx = engine->n_ctx();
-    if (r.prompt.empty()) throw invalid("the prompt is empty");
-    if (int64_t(r.prompt.size()) >= n_ctx)
-      throw ApiError(
-          400, "exceed_context_size_error",
-          fmt::format("the prompt has {} tokens but a slot holds {} (-c)", r.prompt.size(), n_ctx),
-          {{"n_prompt_tokens", r.prompt.size()}, {"n_ctx", n_ctx}});
-  }
-
-  std::vector<int32_t> tokenize_prompt(const json& b) const {
-    if (!b.contains("prompt")) throw invalid("'prompt' is required");
-    const json& p = b["prompt"];
-    std::string text;
-    if (p.is_string()) {
-      text = p.get<std::string>();
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      text = p[0].get<std::string>();
-    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) {
-                 return x.is_number_integer();
-               })) {
-      std::vector<int32_t> ids;
-      for (const json& x : p) {
-        const int64_t id = x.get<int64_t>();
-        if (id < 0 || id >= tok().n_vocab())
-          throw invalid(fmt::format("token id {} is outside the vocabulary", id));
-        ids.push_back(int32_t(id));
-      }
-      return ids;
-    } else {
-      throw invalid("'prompt' must be a string, an array of one string or an array of token ids");
-    }
-    return tok().encode(text, true, true);
-  }
-
-  std::vector<int32_t> chat_prompt(const json& b) const {
-    if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
-      throw invalid("'messages' must be a non-empty array");
-    std::vector<ChatMessage> msgs;
-    for (size_t i = 0; i < b["messages"].size(); ++i) {
-      const json& m = b["messages"][i];
-      const std::string where = fmt::format("messages[{}]", i);
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw invalid(where + " must be an object with a string 'role'");
-      std::string role = m["role"].get<std::string>();
-      if (role == "developer") role = "system";
-      if (role != "system" && role != "user" && role != "assistant")
-        throw invalid(
-            fmt::format("{}: unknown role '{}' (system, user or assistant)", where, role));
-      msgs.push_back(
-          {role, content_text(m.contains("content") ? m["content"] : json(), where + ".content")});
-    }
-    return tok().encode(format_chat(chat_format, msgs), true, true);
   }
 
   json usage(const StreamEvent& e) const {
@@ -285,17 +136,9 @@ struct Server {
   void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
     const auto t0 = Clock::now();
     const uint64_t id = next_id++;
-    const json b = parse_body(req);
-    CompletionRequest r = read_common(b);
-    r.prompt = chat ? chat_prompt(b) : tokenize_prompt(b);
-    if (chat) r.stop.push_back(chat_turn_end(chat_format));
-    check_fits(r);
-    const bool stream = boolean(b, "stream", false);
-    bool include_usage = false;
-    if (b.contains("stream_options") && !b["stream_options"].is_null()) {
-      if (!b["stream_options"].is_object()) throw invalid("'stream_options' must be an object");
-      include_usage = boolean(b["stream_options"], "include_usage", false);
-    }
+    CompletionBody body = parse_completion(req.body, chat, tok(), chat_format, engine->n_ctx());
+    CompletionRequest r = std::move(body.request);
+    const bool stream = body.stream, include_usage = body.include_usage;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
     std::shared_ptr<Stream> events = engine->submit(std::move(r));
     if (!events)
@@ -566,25 +409,10 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   }
   http.Post(
       "/tokenize", guarded(s, [&](const httplib::Request& req, httplib::Response& res) {
-        const json b = parse_body(req);
-        if (!b.contains("content") || !b["content"].is_string())
-          throw invalid("'content' must be a string");
-        const bool special = boolean(b, "add_special", false);
-        res.set_content(
-            dump({{"tokens", s.tok().encode(b["content"].get<std::string>(), special, true)}}),
-            "application/json");
+        res.set_content(dump({{"tokens", parse_tokenize(req.body, s.tok())}}), "application/json");
       }));
   http.Post("/detokenize", guarded(s, [&](const httplib::Request& req, httplib::Response& res) {
-              const json b = parse_body(req);
-              if (!b.contains("tokens") || !b["tokens"].is_array())
-                throw invalid("'tokens' must be an array of token ids");
-              std::vector<int32_t> ids;
-              for (const json& x : b["tokens"]) {
-                if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
-                    x.get<int64_t>() >= s.tok().n_vocab())
-                  throw invalid("'tokens' must hold token ids of this vocabulary");
-                ids.push_back(x.get<int32_t>());
-              }
+              const std::vector<int32_t> ids = parse_detokenize(req.body, s.tok());
               res.set_content(dump({{"content", s.tok().decode(ids)}}), "application/json");
             }));
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
