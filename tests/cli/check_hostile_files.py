@@ -202,6 +202,14 @@ def check_scores(binary: str, env: dict, work: str) -> None:
     refusal(binary, env, "a vocabulary score of NaN",
             ["tokenize", "-m", os.path.join(work, "spm-nan-score.gguf"), "-p", "ab"],
             ("tokenizer.ggml.scores", "score nan of token 6 is not a finite number"))
+    # 4 M + 1 empty tokens (a 34 MB file): refused before maps of ~100 bytes a token are built.
+    n = (1 << 22) + 1
+    path = os.path.join(work, "huge-vocab.gguf")
+    Path(path).write_bytes(raw_gguf([
+        kv("tokenizer.ggml.model", 8, struct.pack("<Q", 5) + b"llama"),
+        kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, n) + struct.pack("<Q", 0) * n)]))
+    refusal(binary, env, "a vocabulary of 4,194,305 tokens", ["tokenize", "-m", path, "-p", "a"],
+            ("4194305 tokens is more than the 4194304 a vocabulary may hold",))
 
 
 def check_inspect_text(binary: str, env: dict, work: str) -> None:
