@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <queue>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -87,16 +86,13 @@ void SpmTokenizer::encode_escaped(const std::string& text, std::vector<int32_t>&
   }
 
   std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-  // Which pair last formed each merged text; resegmentation follows it (as SentencePiece does).
-  std::unordered_map<std::string, std::pair<int, int>> rev_merge;
   auto try_add_bigram = [&](int left, int right) {
     if (left == -1 || right == -1) return;
-    std::string merged(symbols[size_t(left)].text,
-                       symbols[size_t(left)].n + symbols[size_t(right)].n);
+    const std::string_view merged(symbols[size_t(left)].text,
+                                  symbols[size_t(left)].n + symbols[size_t(right)].n);
     const int32_t id = find_token(merged);
     if (id < 0) return;
     queue.push({left, right, scores_[size_t(id)], merged.size()});
-    rev_merge[std::move(merged)] = {left, right};
   };
 
   for (int i = 1; i < int(symbols.size()); ++i) try_add_bigram(i - 1, i);
@@ -116,23 +112,20 @@ void SpmTokenizer::encode_escaped(const std::string& text, std::vector<int32_t>&
     try_add_bigram(bigram.left, left.next);
   }
 
-  auto resegment = [&](auto&& self, const Symbol& symbol) -> void {
-    const std::string piece(symbol.text, symbol.n);
-    const int32_t id = find_token(piece);
+  // llama.cpp (after SentencePiece) resegments a symbol that is no token by the pair that last
+  // formed its text, kept in a map of every merged text. But a pair is queued only when its
+  // text is a token, so that map holds token texts alone and is never consulted with one: the
+  // ids are the same without it, and neither the merged texts of the whole input (memory) nor
+  // a recursion as deep as the merges (stack) is needed.
+  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[size_t(i)].next) {
+    const Symbol& symbol = symbols[size_t(i)];
+    const int32_t id = find_token(std::string_view(symbol.text, symbol.n));
     if (id >= 0) {
       out.push_back(id);
-      return;
+      continue;
     }
-    const auto it = rev_merge.find(piece);
-    if (it == rev_merge.end()) {
-      for (size_t j = 0; j < symbol.n; ++j) out.push_back(byte_token(uint8_t(symbol.text[j])));
-      return;
-    }
-    self(self, symbols[size_t(it->second.first)]);
-    self(self, symbols[size_t(it->second.second)]);
-  };
-  if (symbols.empty()) return;
-  for (int i = 0; i != -1; i = symbols[size_t(i)].next) resegment(resegment, symbols[size_t(i)]);
+    for (size_t j = 0; j < symbol.n; ++j) out.push_back(byte_token(uint8_t(symbol.text[j])));
+  }
 }
 
 std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_special,

@@ -89,6 +89,37 @@ std::string clean_up_spaces(std::string text) {
   return text;
 }
 
+// Knuth-Morris-Pratt: linear in the text whatever the pattern, where std::string_view::find
+// can compare most of the pattern at every position ("aaa...ab" in "aaaa...").
+class PatternSearch {
+ public:
+  explicit PatternSearch(std::string_view pattern) : pattern_(pattern), border_(pattern.size()) {
+    for (size_t i = 1, k = 0; i < pattern.size(); ++i) {
+      while (k > 0 && pattern[i] != pattern[k]) k = border_[k - 1];
+      if (pattern[i] == pattern[k]) ++k;
+      border_[i] = k;
+    }
+  }
+  // The first occurrence of the pattern in `text`, or npos.
+  size_t find(std::string_view text) const {
+    const size_t m = pattern_.size();
+    for (size_t i = 0, k = 0; i < text.size(); ++i) {
+      if (k == 0) {  // memchr to the next possible start: the common case stays fast
+        const void* at = std::memchr(text.data() + i, pattern_[0], text.size() - i);
+        if (!at) break;
+        i = size_t(static_cast<const char*>(at) - text.data());
+      }
+      while (k > 0 && text[i] != pattern_[k]) k = border_[k - 1];
+      if (text[i] == pattern_[k] && ++k == m) return i + 1 - m;
+    }
+    return std::string_view::npos;
+  }
+
+ private:
+  std::string_view pattern_;
+  std::vector<size_t> border_;  // border_[i]: the longest proper border of pattern_[0..i]
+};
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
@@ -240,6 +271,11 @@ void Tokenizer::load_vocab(const gguf::File& file, const VocabDefaults& d) {
   });
 
   apply_strip_rules(file);
+
+  std::vector<TokenTrie::Entry> entries;
+  entries.reserve(special_ids_.size());
+  for (const int32_t id : special_ids_) entries.push_back({tokens_[size_t(id)], id});
+  special_trie_ = TokenTrie(std::move(entries), max_token_len_, true);
 }
 
 void Tokenizer::apply_eog_rules() {
@@ -386,21 +422,30 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   if (text.empty()) return frags;
   frags.push_back({-1, text});
   auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  for (const int32_t id : special_ids_) {
+  // Only special tokens that occur in the text can split it; finding those in one pass keeps a
+  // vocabulary of many special tokens from costing a pass over the text each. They are taken
+  // in special_ids_ order: longest first, then the lowest id.
+  std::vector<int32_t> present = special_trie_.tokens_in(text);
+  std::sort(present.begin(), present.end(), [&](int32_t l, int32_t r) {
+    const size_t nl = tokens_[size_t(l)].size(), nr = tokens_[size_t(r)].size();
+    return nl != nr ? nl > nr : l < r;
+  });
+  for (const int32_t id : present) {
     const uint32_t a = attrs_[size_t(id)];
     if (!parse_special && (a & (kAttrControl | kAttrUnknown))) continue;
     const std::string& special = tokens_[size_t(id)];
+    const PatternSearch search(special);
     std::vector<Fragment> next;
     bool changed = false;
     for (const Fragment& f : frags) {
-      if (f.token >= 0 || f.text.find(special) == std::string_view::npos) {
+      if (f.token >= 0 || search.find(f.text) == std::string_view::npos) {
         next.push_back(f);
         continue;
       }
       changed = true;
       std::string_view rest = f.text;
       while (!rest.empty()) {
-        const size_t at = rest.find(special);
+        const size_t at = search.find(rest);
         if (at == std::string_view::npos) {
           next.push_back({-1, rest});
           break;

@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/token_trie.h"
+
 namespace ps::gguf {
 class File;
 }
@@ -109,6 +111,7 @@ class Tokenizer {
   std::vector<uint32_t> attrs_;
   std::vector<int32_t> eog_ids_;      // sorted
   std::vector<int32_t> special_ids_;  // control / user-defined / unknown, longest text first
+  TokenTrie special_trie_;            // their texts, to find which occur in a text
   int32_t bos_ = -1, eos_ = -1, unk_ = -1, sep_ = -1, pad_ = -1, mask_ = -1;
   int32_t eot_ = -1, eom_ = -1;
   int32_t fim_pre_ = -1, fim_suf_ = -1, fim_mid_ = -1, fim_pad_ = -1, fim_rep_ = -1, fim_sep_ = -1;

@@ -11,6 +11,18 @@ namespace {
 
 constexpr std::string_view kEscapedSpace = "\xE2\x96\x81";  // U+2581
 
+// Hugging Face's WordPiece (max_input_chars_per_word) makes a word of more characters the
+// unknown token. llama.cpp has no such limit; for words over 100 characters we follow the
+// reference, not llama.cpp. It also bounds the longest-match search to the bytes below.
+constexpr size_t kMaxWordChars = 100;
+constexpr size_t kMaxWordBytes = kEscapedSpace.size() + 4 * kMaxWordChars;
+
+size_t count_chars(std::string_view utf8) {
+  size_t n = 0;
+  for (const char c : utf8) n += (uint8_t(c) & 0xC0) != 0x80;
+  return n;
+}
+
 // CJK ideographs get a word each; the ranges are BERT's (including its 0x2B920 start).
 bool is_chinese_char(uint32_t cp) {
   return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
@@ -41,6 +53,10 @@ WpmTokenizer::WpmTokenizer(const gguf::File& file) {
   load_vocab(file, d);
   lowercase_ = file.get_bool("tokenizer.ggml.normalizer.lowercase", true);
   strip_accents_ = file.get_bool("tokenizer.ggml.normalizer.strip_accents", lowercase_);
+  std::vector<TokenTrie::Entry> entries;
+  entries.reserve(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) entries.push_back({tokens_[i], int32_t(i)});
+  trie_ = TokenTrie(std::move(entries), kMaxWordBytes, false);
 }
 
 std::vector<std::string> WpmTokenizer::split_words(std::string_view text) const {
@@ -71,26 +87,22 @@ std::vector<std::string> WpmTokenizer::split_words(std::string_view text) const 
 void WpmTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   for (const std::string& word : split_words(text)) {
     if (word.empty()) continue;
+    if (count_chars(word) > kMaxWordChars) {
+      out.push_back(unk_);
+      continue;
+    }
     const std::string prefixed = std::string(kEscapedSpace) + word;
-    const size_t n = prefixed.size();
     const size_t start = out.size();
     // Greedy longest match from each position; if some position matches nothing, the whole
     // word becomes the unknown token.
-    for (size_t i = 0; i < n;) {
-      size_t matched = 0;
-      for (size_t j = std::min(n, i + max_token_len_ + 1); j > i; --j) {
-        const int32_t id = find_token(std::string_view(prefixed).substr(i, j - i));
-        if (id >= 0) {
-          out.push_back(id);
-          matched = j - i;
-          break;
-        }
-      }
-      if (!matched) {
+    for (size_t i = 0; i < prefixed.size();) {
+      const auto [id, len] = trie_.longest_prefix(std::string_view(prefixed).substr(i));
+      if (id < 0) {
         out.resize(start);
         break;
       }
-      i += matched;
+      out.push_back(id);
+      i += len;
     }
     if (out.size() == start) out.push_back(unk_);
   }

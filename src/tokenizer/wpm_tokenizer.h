@@ -2,6 +2,7 @@
 // WordPiece (tokenizer.ggml.model = "bert"): BERT's normaliser (lowercase, accents stripped,
 // punctuation and CJK characters split off), then the longest vocabulary match from the
 // start of each word. Word-initial pieces carry U+2581 in GGUF vocabularies.
+#include "tokenizer/token_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps {
@@ -22,6 +23,7 @@ class WpmTokenizer final : public Tokenizer {
 
   bool lowercase_ = true;
   bool strip_accents_ = true;
+  TokenTrie trie_;  // every token short enough to match within a word
 };
 
 }  // namespace ps

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -970,6 +971,138 @@ TEST(TokenizerErrors, TokenIdOutOfRangeInDecode) {
   const auto tok = Tokenizer::from_gguf(*file);
   EXPECT_THROW(tok->token_to_piece(3, false), UsageError);
   EXPECT_THROW(tok->token_to_piece(-1, false), UsageError);
+}
+
+// --- hostile vocabularies: time linear in the input --------------------------------------
+// Tests named *Bounded hold a time limit on an input the code before them took 7 s or more on
+// (cubic or quadratic growth), while the fixed code needs well under 0.2 s in a Release
+// build: the 2 s limit leaves a factor of ten for sanitizers and a slow, shared machine.
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A WordPiece vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK], then `extra`.
+GgufImage wpm_image(const std::vector<std::string>& extra,
+                    const std::vector<int32_t>& extra_types = {}) {
+  std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  std::vector<int32_t> types = {3, 2, 3, 3, 3};
+  for (size_t i = 0; i < extra.size(); ++i) {
+    tokens.push_back(extra[i]);
+    types.push_back(i < extra_types.size() ? extra_types[i] : 1);
+  }
+  GgufImage img;
+  img.str("general.architecture", "bert")
+      .str("tokenizer.ggml.model", "bert")
+      .strings("tokenizer.ggml.tokens", tokens)
+      .ints("tokenizer.ggml.token_type", types)
+      .u32("tokenizer.ggml.unknown_token_id", 1)
+      .u32("tokenizer.ggml.bos_token_id", 2)
+      .u32("tokenizer.ggml.seperator_token_id", 3);
+  return img;
+}
+
+TEST(TokenizerWpm, WordsOfMoreThan100CharactersAreUnknown) {
+  // Hugging Face's max_input_chars_per_word, counted in characters, not bytes.
+  const std::string zhe = "\xD0\xB6";  // U+0436, two bytes
+  auto img = wpm_image({kSp + "a", "a", kSp + zhe, zhe});
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  const int32_t sp_a = 5, a = 6, sp_zhe = 7, z = 8;
+  std::vector<int32_t> hundred_a{sp_a};
+  hundred_a.insert(hundred_a.end(), 99, a);
+  EXPECT_EQ(tok->encode(std::string(100, 'a'), false, false), hundred_a);
+  EXPECT_EQ(tok->encode(std::string(101, 'a'), false, false), (std::vector<int32_t>{1}));
+  std::string word;
+  for (int i = 0; i < 100; ++i) word += zhe;
+  std::vector<int32_t> hundred_zhe{sp_zhe};
+  hundred_zhe.insert(hundred_zhe.end(), 99, z);
+  EXPECT_EQ(tok->encode(word, false, false), hundred_zhe);
+  EXPECT_EQ(tok->encode(word + zhe, false, false), (std::vector<int32_t>{1}));
+  // Only the long word is unknown; its neighbours are not.
+  EXPECT_EQ(tok->encode("a " + std::string(101, 'a') + " a", false, false),
+            (std::vector<int32_t>{sp_a, 1, sp_a}));
+}
+
+TEST(TokenizerWpm, LongWordBesideAHugeTokenIsBounded) {
+  // One 200 KB token made every position of a word try every length up to it, each hashed:
+  // an 8,000-character word took 11 s or more, growing eightfold per doubling.
+  auto img = wpm_image({kSp + "a", "a", std::string(200000, 'z')});
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(tok->encode(std::string(8000, 'a'), false, false), (std::vector<int32_t>{1}));
+  std::string words;
+  for (int i = 0; i < 1000; ++i) words += std::string(100, 'a') + ' ';
+  EXPECT_EQ(tok->encode(words, false, false).size(), 100000u);
+  EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST(TokenizerSpecial, ManySpecialTokensOverALongTextIsBounded) {
+  // Each special token was looked for in every piece of the text: 100,000 of them over
+  // 256 KB of text full of their first byte took well over 10 s.
+  std::vector<std::string> extra;
+  std::vector<int32_t> types;
+  for (int i = 0; i < 100000; ++i) {
+    extra.push_back(fmt::format("<tok{}>", i));
+    types.push_back(i % 2 ? 3 : 4);
+  }
+  extra.push_back(kSp + "a");
+  auto img = wpm_image(extra, types);
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  const int32_t first = 5, sp_a = 100005;
+  std::string text = "<tok0>";
+  while (text.size() < 256 * 1024) text += "<a";
+  text += "<tok99999>";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = tok->encode(text, false, true);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  ASSERT_EQ(ids.size(), 2 + (text.size() - 16) / 2 * 2);
+  EXPECT_EQ(ids.front(), first);
+  EXPECT_EQ(ids[2], sp_a);
+  EXPECT_EQ(ids.back(), first + 99999);
+}
+
+TEST(TokenizerSpecial, LongSpecialTokenInARunOfItsFirstByteIsBounded) {
+  // A substring search that compares the whole token at every position: a 200 KB token at
+  // the end of 1 MB of its first byte took 7 s and more.
+  const std::string special = std::string(200000, 'a') + 'b';
+  auto img = wpm_image({special, kSp + "c"}, {4, 1});
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = tok->encode(std::string(1000000, 'a') + special + "c", false, false);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  // The word before the token is too long for WordPiece, the one after it is "c".
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 5, 6}));
+}
+
+TEST(TokenizerSpecial, OverlappingSpecialTokensKeepLongestFirstOrder) {
+  // llama.cpp's order: every occurrence of a longer token is taken before a shorter one,
+  // even when the shorter one starts first; equal lengths go by the lower id.
+  SpmVocab v;
+  v.add(kSp, -1);
+  const int32_t ab = v.add("ab", 0, 4);
+  const int32_t bcd = v.add("bcd", 0, 4);
+  const int32_t cd = v.add("cd", 0, 4);
+  const int32_t dc = v.add("dc", 0, 4);
+  v.add_bytes();
+  auto img = v.image();
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  auto count = [&](const std::string& text, int32_t id) {
+    const auto ids = tok->encode(text, false, false);
+    return std::count(ids.begin(), ids.end(), id);
+  };
+  // "bcd" first, though "ab" starts earlier; "a" is left as text.
+  EXPECT_EQ(count("abcd", bcd), 1);
+  EXPECT_EQ(count("abcd", ab), 0);
+  EXPECT_EQ(count("abcd", cd), 0);
+  // "cd" (the lower id) before "dc".
+  EXPECT_EQ(count("dcd", cd), 1);
+  EXPECT_EQ(count("dcd", dc), 0);
+  EXPECT_EQ(count("dc dcd", dc), 1);
 }
 
 // --- size -----------------------------------------------------------------------------------
