@@ -212,18 +212,22 @@ std::string BpeTokenizer::token_to_piece(int32_t id, bool special) const {
   if (!(a & kAttrNormal)) return {};
   std::string piece;
   piece.reserve(text.size());
+  bool marked = false;
   for (const uint32_t cp : unicode::decode_utf8(text)) {
     const int byte = unicode::unicode_to_byte(cp);
     if (byte >= 0) {
       piece += char(byte);
       continue;
     }
-    // llama.cpp marks code points outside the byte map this way.
+    // llama.cpp marks code points outside the byte map this way, with the token's whole text
+    // after each; here only after the first, so that a token of n such code points gives
+    // O(n) bytes, not O(n^2) (the same output for a token with one).
     std::string utf8;
     unicode::append_utf8(utf8, cp);
     piece += "[UNK_BYTE_0x";
     for (unsigned char c : utf8) piece += fmt::format("{:02x}", c);
-    piece += text + "]";
+    piece += (marked ? std::string() : text) + "]";
+    marked = true;
   }
   return piece;
 }

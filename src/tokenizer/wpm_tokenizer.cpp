@@ -84,11 +84,18 @@ std::vector<std::string> WpmTokenizer::split_words(std::string_view text) const 
   return words;
 }
 
+int32_t WpmTokenizer::unknown() const {
+  // Without one, a word the vocabulary cannot spell has no id (llama.cpp emits -1 here).
+  if (unk_ < 0)
+    throw ModelError("the WordPiece vocabulary has no unknown token for a word it cannot spell");
+  return unk_;
+}
+
 void WpmTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   for (const std::string& word : split_words(text)) {
     if (word.empty()) continue;
     if (count_chars(word) > kMaxWordChars) {
-      out.push_back(unk_);
+      out.push_back(unknown());
       continue;
     }
     const std::string prefixed = std::string(kEscapedSpace) + word;
@@ -104,7 +111,7 @@ void WpmTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out)
       out.push_back(id);
       i += len;
     }
-    if (out.size() == start) out.push_back(unk_);
+    if (out.size() == start) out.push_back(unknown());
   }
 }
 

@@ -20,6 +20,7 @@ class WpmTokenizer final : public Tokenizer {
 
  private:
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  int32_t unknown() const;  // the unknown token; a ModelError when the vocabulary has none
 
   bool lowercase_ = true;
   bool strip_accents_ = true;

@@ -984,7 +984,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // A WordPiece vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK], then `extra`.
 GgufImage wpm_image(const std::vector<std::string>& extra,
-                    const std::vector<int32_t>& extra_types = {}) {
+                    const std::vector<int32_t>& extra_types = {}, uint32_t unk = 1) {
   std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
   std::vector<int32_t> types = {3, 2, 3, 3, 3};
   for (size_t i = 0; i < extra.size(); ++i) {
@@ -996,7 +996,7 @@ GgufImage wpm_image(const std::vector<std::string>& extra,
       .str("tokenizer.ggml.model", "bert")
       .strings("tokenizer.ggml.tokens", tokens)
       .ints("tokenizer.ggml.token_type", types)
-      .u32("tokenizer.ggml.unknown_token_id", 1)
+      .u32("tokenizer.ggml.unknown_token_id", unk)
       .u32("tokenizer.ggml.bos_token_id", 2)
       .u32("tokenizer.ggml.seperator_token_id", 3);
   return img;
@@ -1137,6 +1137,33 @@ TEST(TokenizerSpm, LargeVocabularyRoundTrips) {
   // Whole words are tokens (the last word may have been cut short, so it is never used), so
   // merging must reach one id per word, plus BOS.
   EXPECT_EQ(ids.size(), 4001u);
+}
+
+TEST(TokenizerWpm, NoUnknownTokenIsAnErrorNotId) {
+  // A word the vocabulary cannot spell has no id without an unknown token; -1 is not an id.
+  auto img = wpm_image({kSp + "a"}, {}, 0xFFFFFFFFu);  // stored -1: none
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tok->encode("a", false, false), (std::vector<int32_t>{5}));
+  EXPECT_THROW(tok->encode("q", false, false), ModelError);
+  EXPECT_THROW(tok->encode(std::string(101, 'a'), false, false), ModelError);
+}
+
+TEST(TokenizerBpe, ATokenOutsideTheByteMapDecodesInLinearSize) {
+  // llama.cpp repeats the token's text after each code point outside GPT-2's byte map, so
+  // 4,000 of them decoded to 48 MB; the text now follows the first one only.
+  BpeVocab v;
+  const int32_t one = v.add("\xE2\x98\x83");  // U+2603, not a byte-map code point
+  std::string many;
+  for (int i = 0; i < 4000; ++i) many += "\xE2\x98\x83";
+  const int32_t lots = v.add(many);
+  auto img = v.image("gpt-2");
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tok->token_to_piece(one, false), "[UNK_BYTE_0xe29883\xE2\x98\x83]");
+  const std::string piece = tok->token_to_piece(lots, false);
+  EXPECT_LT(piece.size(), 40 * many.size());
+  EXPECT_EQ(piece.substr(0, 18), "[UNK_BYTE_0xe29883");
 }
 
 }  // namespace
