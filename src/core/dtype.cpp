@@ -141,13 +141,19 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
 
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK8_0) {
+    // A NaN (the activations of a model whose weights overflow) makes the block's scale NaN, so
+    // its dot products are NaN as on the float path; NaN has no int8 value, its quant is 0. A
+    // subnormal scale is inexact, so quants are clamped to the int8 range.
     float amax = 0;
-    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int j = 0; j < QK8_0; ++j)
+      if (const float a = std::fabs(x[j]); !(a <= amax)) amax = a;
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
-    for (int j = 0; j < QK8_0; ++j)
-      y[i].qs[j] = int8_t(std::round(x[j] * id));  // halves away from zero, as llama.cpp
+    for (int j = 0; j < QK8_0; ++j) {
+      const float q = std::round(x[j] * id);  // halves away from zero, as llama.cpp
+      y[i].qs[j] = q == q ? int8_t(std::clamp(q, -127.0f, 127.0f)) : int8_t(0);
+    }
   }
 }
 

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of each fuzz target into OUT/<target>/ (scripts/fuzz calls this).
+
+The seeds come from the data beside the repository (../shared: the tiny models and the
+tokenizer vocabularies with their test texts) and from tiny random models that
+scripts/make_llama_gguf.py writes, one per architecture and a few variants; what is absent is
+skipped. Nothing here is committed: the corpus is made again in the build folder.
+"""
+import argparse
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_device_parsers",
+           "fuzz_doctor_parsers"]
+# The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
+VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
+
+# Tiny models: (file name, make_llama_gguf.py arguments). Quantized ones need rows of 32.
+SMALL = ["--n-embd", "16", "--n-layer", "1", "--n-head", "2", "--n-head-kv", "1", "--n-ff", "32",
+         "--ctx", "32", "--n-vocab", "300", "--head-dim", "8", "--tied", "--dtype", "F16"]
+WIDE = ["--n-embd", "32", "--n-layer", "2", "--n-head", "2", "--n-head-kv", "2", "--n-ff", "64",
+        "--ctx", "32", "--n-vocab", "300"]
+MODELS = [
+    ("llama.gguf", ["--arch", "llama"] + SMALL),
+    ("qwen2.gguf", ["--arch", "qwen2"] + SMALL),
+    ("qwen3.gguf", ["--arch", "qwen3"] + SMALL),
+    ("phi3.gguf", ["--arch", "phi3"] + SMALL),
+    ("gemma3.gguf", ["--arch", "gemma3", "--sliding-window", "4", "--swa-pattern", "2"] + SMALL),
+    ("llama-q4_0-rope-freqs.gguf", ["--arch", "llama", "--dtype", "Q4_0", "--embd-dtype", "Q8_0",
+                                    "--rope-freqs", "llama3"] + WIDE),
+    ("phi3-longrope.gguf", ["--arch", "phi3", "--longrope", "--dtype", "BF16"] + WIDE),
+    ("llama-linear.gguf", ["--arch", "llama", "--rope-scaling", "linear",
+                           "--rope-scale-factor", "2", "--dtype", "Q8_0"] + WIDE),
+]
+
+
+def write(out: Path, target: str, data: bytes) -> None:
+    d = out / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def tiny_models(tmp: Path) -> list:
+    made = []
+    for name, args in MODELS:
+        path = tmp / name
+        r = subprocess.run([sys.executable, str(REPO / "scripts/make_llama_gguf.py"), "--out",
+                            str(path)] + args, capture_output=True, text=True)
+        if r.returncode == 0:
+            made.append(path.read_bytes())
+        else:
+            print(f"make_corpus: {name} not written: {r.stderr.strip()[-200:]}", file=sys.stderr)
+    return made
+
+
+def handmade_ggufs() -> list:
+    """Edge cases no converter writes: headers only, version 2, nested arrays."""
+    def s(text: bytes) -> bytes:
+        return struct.pack("<Q", len(text)) + text
+
+    out = [b"GGUF" + struct.pack("<IQQ", 3, 0, 0), b"GGUF" + struct.pack("<IQQ", 2, 0, 0)]
+    kv = s(b"general.architecture") + struct.pack("<I", 8) + s(b"llama")
+    kv += s(b"general.alignment") + struct.pack("<II", 4, 64)
+    nested = struct.pack("<IQ", 9, 2) + struct.pack("<IQ", 4, 1) + struct.pack("<I", 7)
+    nested += struct.pack("<IQ", 8, 1) + s(b"x")
+    kv += s(b"nested") + struct.pack("<I", 9) + nested
+    kv += s(b"f") + struct.pack("<If", 6, 1.5) + s(b"d") + struct.pack("<Id", 12, -2.0)
+    tensor = s(b"t") + struct.pack("<IQQIQ", 2, 4, 1, 0, 0)
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 5) + kv + tensor
+    head += b"\0" * (-len(head) % 64)
+    out.append(head + struct.pack("<4f", 1, 2, 3, 4))
+    return out
+
+
+def vocab_tests(shared: Path, name: str) -> list:
+    inp = shared / "tokenizer-tests" / (name + ".inp")
+    if not inp.exists():
+        return []
+    texts = inp.read_bytes().split(b"\n__ggml_vocab_test__\n")
+    return [t for t in texts if t]
+
+
+def synthetic_vocab(model: int, pre: int, flags: int, tokens: list, merges: list, text: bytes,
+                    specials=(0, 1, 0xFF)) -> bytes:
+    lines = [b"=" + m for m in merges] + [bytes([ty]) + t for ty, t in tokens]
+    return bytes([0xC0, model, pre, flags] + list(specials)) + b"\n".join(lines) + b"\0" + text
+
+
+def tokenizer_seeds(shared: Path) -> list:
+    seeds = []
+    present = [v for v in VOCABS if (shared / "tokenizer-tests" / v).exists()]
+    for i, name in enumerate(present):
+        for n, text in enumerate(vocab_tests(shared, name)):
+            seeds.append(bytes([i + 48 * (n % 4)]) + text)
+    normal, control, user, byte = 1, 0x83, 0x84, 0x86
+    spm = [(control, b"<unk>"), (control, b"<s>"), (control, b"</s>")]
+    spm += [(byte, b"<0x%02X>" % b) for b in range(256)]
+    spm += [(normal, w.encode()) for w in ["\u2581", "\u2581h", "\u2581he", "llo", "\u2581hello",
+                                           "\u2581w", "orld", "\u2581world", "."]]
+    seeds.append(synthetic_vocab(0, 0, 0x0D, spm, [], b"hello world. <s>\xff\xfe"))
+    bpe_byte = "".join(chr(c) for c in range(0x21, 0x7F))
+    bpe = [(normal, c.encode()) for c in bpe_byte] + [(normal, "\u0120".encode()),
+                                                      (normal, b"he"), (normal, b"ll"),
+                                                      (normal, b"hell"), (normal, b"hello"),
+                                                      (normal, "\u0120w".encode()),
+                                                      (control, b"<|endoftext|>"),
+                                                      (user, b"<|user|>")]
+    merges = [b"h e", b"l l", b"he ll", b"hell o", "\u0120 w".encode()]
+    for pre in range(0, 48, 7):
+        seeds.append(synthetic_vocab(1, pre, 0x80 | 0x03, bpe, merges,
+                                     b"hello world 123 <|endoftext|><|user|> don't\r\n"))
+    wpm = [(control, b"[PAD]"), (control, b"[UNK]"), (control, b"[CLS]"), (control, b"[SEP]")]
+    wpm += [(normal, w.encode()) for w in ["hello", "world", "##s", "##ing", "play", "a", "b"]]
+    seeds.append(synthetic_vocab(2, 0, 0x03, wpm, [], b"Hello worlds, playing AB!",
+                                 specials=(2, 3, 1)))
+    return seeds
+
+
+def device_seeds() -> list:
+    return [b"\x00" + s for s in [b"cpu", b"vulkan:0", b"cuda:1", b"hip:0", b"pci:0000:41:00.0",
+                                  b"uuid:GPU-0d0e"]] + [
+        b"\x01" + b"0000:41:00.0", b"\x01" + b"GPU-12345678-1234-1234-1234-123456789abc",
+        b"\x03" + b"cpu=1G,vulkan:0=512M", b"\x03" + b"2048",
+        b"\x04" + bytes(range(96)),
+        b"\x02" + b'{"backend":"vulkan","devices":[{"id":"vulkan:0","name":"GPU","kind":'
+                  b'"discrete","memory_total":1024,"pci_bus_id":"0000:41:00.0"}]}',
+        b"\x02" + b'{"backend":"cuda","devices":[],"reason":"no driver","unusable":true}']
+
+
+def doctor_seeds() -> list:
+    return [
+        b'{"file_format_version":"1.0.0","ICD":{"library_path":"libvulkan_radeon.so",'
+        b'"api_version":"1.3.255"}}',
+        b"cpu_cores_count 0\nsimd_count 120\ngfx_target_version 110000\nvendor_id 4098\n",
+        b"render:x:105:user\nvideo:x:44:user\n",
+        b"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023",
+        b"580.65.06\n", b"gfx1030", b"10.3.0", b"libamdocl64.so\n"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--shared", type=Path,
+                    default=Path(os.environ.get("POLYSTACK_SHARED_DIR", REPO.parent / "shared")))
+    ap.add_argument("targets", nargs="*", default=TARGETS)
+    a = ap.parse_args()
+    models = []
+    if "fuzz_gguf" in a.targets or "fuzz_model" in a.targets:
+        with tempfile.TemporaryDirectory() as tmp:
+            models = tiny_models(Path(tmp))
+        for name in ["stories260K.gguf", "llama-2-tiny-random.gguf"]:
+            p = a.shared / "models" / name
+            if p.exists():
+                models.append(p.read_bytes())
+    for target in a.targets:
+        seeds = []
+        if target == "fuzz_gguf":
+            seeds = models + handmade_ggufs()
+            seeds += [(a.shared / "tokenizer-tests" / v).read_bytes() for v in VOCABS
+                      if (a.shared / "tokenizer-tests" / v).exists()]
+        elif target == "fuzz_model":
+            seeds = models
+        elif target == "fuzz_tokenizer":
+            seeds = tokenizer_seeds(a.shared)
+        elif target == "fuzz_device_parsers":
+            seeds = device_seeds()
+        elif target == "fuzz_doctor_parsers":
+            seeds = doctor_seeds()
+        (a.out / target).mkdir(parents=True, exist_ok=True)
+        for s in seeds:
+            write(a.out, target, s)
+        print(f"make_corpus: {target}: {len(seeds)} seeds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
