@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_device_parsers",
-           "fuzz_doctor_parsers"]
+TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request",
+           "fuzz_device_parsers", "fuzz_doctor_parsers"]
 # The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
 VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
 
@@ -143,6 +143,29 @@ def doctor_seeds() -> list:
         b"580.65.06\n", b"gfx1030", b"10.3.0", b"libamdocl64.so\n"]
 
 
+def server_request_seeds() -> list:
+    """Request bodies as the server's tests send them; the first byte picks the route
+    (0-1 completions, 2-4 chat in each format, 5-6 tokenize, 7 detokenize)."""
+    completion = [
+        b'{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}',
+        b'{"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}}',
+        b'{"prompt": ["a"], "stop": ["x", "y"], "top_p": 0.9, "top_k": 40, "min_p": 0.05, '
+        b'"seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repeat_penalty": 1.1, '
+        b'"n": 1, "model": "m", "max_completion_tokens": 3}',
+    ]
+    chat = [
+        b'{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", '
+        b'"content": "Hi"}, {"role": "assistant", "content": "Hello."}], "max_tokens": 4}',
+        b'{"messages": [{"role": "developer", "content": [{"type": "text", "text": "x"}]}], '
+        b'"stream": true}',
+    ]
+    out = [bytes([r]) + b for r in (0, 1) for b in completion]
+    out += [bytes([r]) + b for r in (2, 3, 4) for b in chat]
+    out += [b"\x05" + b'{"content": "Once upon a time", "add_special": true}',
+            b"\x07" + b'{"tokens": [1, 2, 3, 100]}']
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -168,6 +191,8 @@ def main() -> int:
             seeds = models
         elif target == "fuzz_tokenizer":
             seeds = tokenizer_seeds(a.shared)
+        elif target == "fuzz_server_request":
+            seeds = server_request_seeds()
         elif target == "fuzz_device_parsers":
             seeds = device_seeds()
         elif target == "fuzz_doctor_parsers":
