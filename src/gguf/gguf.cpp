@@ -501,15 +501,20 @@ double File::get_float(std::string_view key, double def, double lo, double hi) c
   return d;
 }
 
-std::optional<std::vector<int64_t>> File::get_int_array(std::string_view key, int64_t lo,
-                                                        int64_t hi) const {
+const Array* File::numeric_array(std::string_view key) const {
   const Array* a = find_array(key);
-  if (!a) return std::nullopt;
-  if (!a->raw)
+  if (a && !a->raw)
     throw GgufError(
         fmt::format("{}: metadata '{}': expected an array of numbers, found an array "
                     "of {}",
                     path_, key, value_type_name(a->elem_type)));
+  return a;
+}
+
+std::optional<std::vector<int64_t>> File::get_int_array(std::string_view key, int64_t lo,
+                                                        int64_t hi) const {
+  const Array* a = numeric_array(key);
+  if (!a) return std::nullopt;
   std::vector<int64_t> out;
   out.reserve(size_t(a->count));
   for (uint64_t i = 0; i < a->count; ++i) {
@@ -541,13 +546,8 @@ std::optional<std::vector<int64_t>> File::get_int_array(std::string_view key, in
 
 std::optional<std::vector<double>> File::get_float_array(std::string_view key, double lo,
                                                          double hi) const {
-  const Array* a = find_array(key);
+  const Array* a = numeric_array(key);
   if (!a) return std::nullopt;
-  if (!a->raw)
-    throw GgufError(
-        fmt::format("{}: metadata '{}': expected an array of numbers, found an array "
-                    "of {}",
-                    path_, key, value_type_name(a->elem_type)));
   std::vector<double> out;
   out.reserve(size_t(a->count));
   for (uint64_t i = 0; i < a->count; ++i) {

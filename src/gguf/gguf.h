@@ -132,6 +132,8 @@ class File {
  private:
   File() = default;
   void parse_all();
+  // The array at `key` when its elements are numbers (nullptr when missing), else a GgufError.
+  const Array* numeric_array(std::string_view key) const;
 
   std::string path_;
   const uint8_t* base_ = nullptr;
