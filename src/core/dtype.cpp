@@ -65,6 +65,10 @@ float signed_absmax(const float* x, int n) {
   return max;
 }
 
+// int8_t(v), truncating toward zero, for any float: NaN gives 0 and values beyond the int8 range
+// its ends (a plain cast of either is undefined; a file's NaN or a subnormal scale makes them).
+int8_t trunc_i8(float v) { return v == v ? int8_t(std::clamp(v, -128.0f, 127.0f)) : int8_t(0); }
+
 void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += QK4_0) {
     const float max = signed_absmax(x, QK4_0);
@@ -72,8 +76,8 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
     for (int j = 0; j < QK4_0 / 2; ++j) {
-      const uint8_t a = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
-      const uint8_t b = uint8_t(std::min(15, int(int8_t(x[j + QK4_0 / 2] * id + 8.5f))));
+      const uint8_t a = uint8_t(std::min(15, int(trunc_i8(x[j] * id + 8.5f))));
+      const uint8_t b = uint8_t(std::min(15, int(trunc_i8(x[j + QK4_0 / 2] * id + 8.5f))));
       y[i].qs[j] = uint8_t(a | (b << 4));
     }
   }
@@ -91,8 +95,8 @@ void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
     y[i].d = f32_to_fp16(d);
     y[i].m = f32_to_fp16(mn);
     for (int j = 0; j < QK4_1 / 2; ++j) {
-      const uint8_t a = uint8_t(std::min(15, int(int8_t((x[j] - mn) * id + 0.5f))));
-      const uint8_t b = uint8_t(std::min(15, int(int8_t((x[j + QK4_1 / 2] - mn) * id + 0.5f))));
+      const uint8_t a = uint8_t(std::min(15, int(trunc_i8((x[j] - mn) * id + 0.5f))));
+      const uint8_t b = uint8_t(std::min(15, int(trunc_i8((x[j + QK4_1 / 2] - mn) * id + 0.5f))));
       y[i].qs[j] = uint8_t(a | (b << 4));
     }
   }
@@ -106,8 +110,8 @@ void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
     y[i].d = f32_to_fp16(d);
     uint32_t qh = 0;
     for (int j = 0; j < QK5_0 / 2; ++j) {
-      const uint8_t a = uint8_t(std::min(31, int(int8_t(x[j] * id + 16.5f))));
-      const uint8_t b = uint8_t(std::min(31, int(int8_t(x[j + QK5_0 / 2] * id + 16.5f))));
+      const uint8_t a = uint8_t(std::min(31, int(trunc_i8(x[j] * id + 16.5f))));
+      const uint8_t b = uint8_t(std::min(31, int(trunc_i8(x[j + QK5_0 / 2] * id + 16.5f))));
       y[i].qs[j] = uint8_t((a & 0x0f) | ((b & 0x0f) << 4));
       qh |= uint32_t((a & 0x10) >> 4) << j;
       qh |= uint32_t((b & 0x10) >> 4) << (j + QK5_0 / 2);

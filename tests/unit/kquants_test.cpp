@@ -183,5 +183,31 @@ TEST(KQuants, ScaleAndMinUnpackingAgree) {
   }
 }
 
+TEST(Quantizers, TakeAnyFloatWithoutUndefinedBehaviour) {
+  // A file's weights (polystack quantize) or a model's activations can hold NaN, infinities,
+  // subnormals and huge values; a plain float-to-int cast of them is undefined (UBSan in the
+  // sanitizer build checks every quantizer here). Blocks of small finite values stay finite.
+  const float specials[] = {std::nanf(""), INFINITY, -INFINITY, 1e-45f, -1e-40f, 3.4e38f, -0.0f};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(-1, 1);
+  for (DType t :
+       {DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+    const int64_t n = 2 * QK_K;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < QK_K; ++i)  // the first super-block: specials among random values
+      x[size_t(i)] = rng() % 3 ? ud(rng) : specials[rng() % std::size(specials)];
+    for (int64_t i = QK_K; i < n; ++i)  // the second: subnormals only
+      x[size_t(i)] = (i % 2 ? 1.0f : -1.0f) * 1e-42f * float(1 + i % 7);
+    std::vector<uint8_t> q(row_bytes(t, n));
+    std::vector<float> y(static_cast<size_t>(n));
+    quantize_row(t, x.data(), q.data(), n);
+    dequantize_row(t, q.data(), y.data(), n);
+    for (int64_t i = QK_K; i < n; ++i)
+      ASSERT_TRUE(std::isfinite(y[size_t(i)]) && std::fabs(y[size_t(i)]) < 1e-3f)
+          << dtype_name(t) << " element " << i << " = " << y[size_t(i)];
+  }
+}
+
 }  // namespace
 }  // namespace ps
