@@ -13,8 +13,13 @@ namespace ps {
 namespace {
 
 // The regex strings below are llama.cpp's (llama-vocab.cpp), which adapts the patterns of the
-// models' tokenizer.json files: `(?i:...)` is spelled out case by case, and the Lu/Ll split of
-// some patterns is written as lookaheads.
+// models' tokenizer.json files: `(?i:...)` is spelled out case by case. One change: llama.cpp
+// writes the Lu/Ll split of some patterns as a group per character, `((?=[\p{L}])([^a-z]))*`
+// (a letter that is not a-z). PCRE2's JIT keeps a stack frame for every iteration of such a
+// group, so a word of a few hundred thousand letters overflowed the stack and then the
+// interpreter's match limit. The same set as one class, `[^\P{L}a-z]*`, repeats in constant
+// space; with marks it is "not N, P, S, Z or C", since the general categories partition the code
+// points. tests/unit/tokenizer_test.cpp checks both spellings split alike.
 
 constexpr const char* kGpt2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
@@ -61,22 +66,25 @@ constexpr const char* kDeepseekV3Main =
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
     "\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
+#define PS_NOT_LOWER "[^\\P{L}a-z]"
+#define PS_NOT_UPPER "[^\\P{L}A-Z]"
+#define PS_NOT_LOWER_OR_MARK "[^\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}a-z]"
+#define PS_NOT_UPPER_OR_MARK "[^\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}A-Z]"
+#define PS_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+
 constexpr const char* kTekken =
-    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?("
-    "(?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*["
-    "\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER "*" PS_NOT_UPPER "+|[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER
+    "+" PS_NOT_UPPER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kGpt4o =
-    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR]["
-    "eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=["
-    "\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER "*" PS_NOT_UPPER "+" PS_CONTRACTIONS
+    "?|[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER "+" PS_NOT_UPPER "*" PS_CONTRACTIONS
+    "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kGraniteEmbedMulti =
-    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:'[sS]|'["
-    "tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])(["
-    "^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'["
-    "dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER_OR_MARK "*" PS_NOT_UPPER_OR_MARK "+" PS_CONTRACTIONS
+    "?|[^\\r\\n\\p{L}\\p{N}]?" PS_NOT_LOWER_OR_MARK "+" PS_NOT_UPPER_OR_MARK "*" PS_CONTRACTIONS
+    "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 constexpr const char* kJais2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
@@ -84,10 +92,18 @@ constexpr const char* kJais2 =
     "\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|"
     "\\s{1,2}(?!\\S)|\\s{1}";
 
-constexpr const char* kExaoneMoe =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}"
-    "\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)"
-    "|\\s+";
+// llama.cpp's words of letters, marks and single spaces, `(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+`,
+// as one letter, then letters and marks, then space-led runs of them: the same longest match, but
+// possessive, so PCRE2 keeps no frame per letter (16 MiB of letters hit its match limit).
+constexpr const char* kExaoneMoe = PS_CONTRACTIONS
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}[\\p{L}\\p{M}]*+(?: \\p{L}[\\p{L}\\p{M}]*+)*+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+
+#undef PS_NOT_LOWER
+#undef PS_NOT_UPPER
+#undef PS_NOT_LOWER_OR_MARK
+#undef PS_NOT_UPPER_OR_MARK
+#undef PS_CONTRACTIONS
 
 constexpr const char* kSeedCoder =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
@@ -299,12 +315,59 @@ std::string expand_white_space_escapes(std::string_view regex) {
 
 struct PreTokenizer::Compiled {
   pcre2_code* code = nullptr;
+  bool newline_callout = false;  // the pattern asks kNewlineAhead before each `\s*[\r\n]`
   ~Compiled() { pcre2_code_free(code); }
 };
 
+namespace {
+
+// `\s*[\r\n]` fails unless the white space starting where it is tried holds a line break, and
+// finding that out costs the whole run. Tried at every 512 spaces of a long run (jais-2 cuts runs
+// into powers of two), that made splitting quadratic. A callout numbered kNewlineAhead before the
+// item answers from a table made once per text, so a failing try costs one lookup; the matches
+// are the same, since the callout only refuses a place where the item cannot match.
+constexpr int kNewlineAhead = 1;
+constexpr std::string_view kNewlineItem = "\\s*[\\r\\n]";
+
+std::string add_newline_callouts(std::string_view regex, bool& added) {
+  std::string out;
+  added = false;
+  for (size_t i = 0; i < regex.size();) {
+    if (regex.compare(i, kNewlineItem.size(), kNewlineItem) == 0 &&
+        (i == 0 || regex[i - 1] != '\\')) {
+      out += fmt::format("(?C{})", kNewlineAhead);
+      out += kNewlineItem;
+      i += kNewlineItem.size();
+      added = true;
+    } else {
+      out += regex[i++];
+    }
+  }
+  return out;
+}
+
+bool is_white_space(uint32_t cp) {  // kWhiteSpaceSet
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+struct CalloutData {
+  const uint8_t* newline_ahead = nullptr;  // by byte offset from the start of the current piece
+};
+
+int answer_callout(pcre2_callout_block* block, void* data) {
+  if (block->callout_number != uint32_t(kNewlineAhead)) return 0;
+  const auto* d = static_cast<const CalloutData*>(data);
+  return d->newline_ahead[block->current_position] ? 0 : 1;  // 1: fail here, try on
+}
+
+}  // namespace
+
 PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
   for (const auto& regex : regexes) {
-    const std::string pattern = expand_white_space_escapes(regex);
+    bool callout = false;
+    const std::string pattern = expand_white_space_escapes(add_newline_callouts(regex, callout));
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     auto compiled = std::make_unique<Compiled>();
@@ -316,6 +379,7 @@ PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
                                    regex, error_offset, pcre2_message(error)));
     // Without JIT support pcre2_match interprets the pattern; both give the same matches.
     pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
+    compiled->newline_callout = callout;
     regexes_.push_back(std::move(compiled));
   }
 }
@@ -362,7 +426,21 @@ std::vector<std::string> PreTokenizer::split(std::string_view text) const {
   std::vector<uint32_t> byte_cp(subject.size() + 1, 0);
   for (size_t i = 0; i <= n_cps; ++i) byte_cp[cp_byte[i]] = uint32_t(i);
 
+  // newline_ahead[b]: the white space from byte b on holds \r or \n (0 elsewhere).
+  std::vector<uint8_t> newline_ahead;
+  const bool any_callout = std::any_of(regexes_.begin(), regexes_.end(),
+                                       [](const auto& r) { return r->newline_callout; });
+  if (any_callout) {
+    newline_ahead.assign(subject.size() + 1, 0);
+    uint8_t ahead = 0;
+    for (size_t i = n_cps; i-- > 0;) {
+      ahead = cps[i] == '\r' || cps[i] == '\n' ? 1 : is_white_space(cps[i]) ? ahead : 0;
+      newline_ahead[cp_byte[i]] = ahead;
+    }
+  }
+
   MatchResources res;
+  CalloutData callout_data;
   std::vector<size_t> pieces;  // lengths in code points
   if (n_cps) pieces.push_back(n_cps);
 
@@ -374,6 +452,12 @@ std::vector<std::string> PreTokenizer::split(std::string_view text) const {
       const size_t b0 = cp_byte[piece_start];
       const size_t len = cp_byte[piece_start + piece_len] - b0;
       const auto* sub = reinterpret_cast<PCRE2_SPTR>(subject.data() + b0);
+      if (regex->newline_callout) {
+        callout_data.newline_ahead = newline_ahead.data() + b0;
+        pcre2_set_callout(res.context, answer_callout, &callout_data);
+      } else {
+        pcre2_set_callout(res.context, nullptr, nullptr);
+      }
       auto cp_at = [&](size_t rel) { return size_t(byte_cp[b0 + rel]); };
 
       size_t pos = 0, last_end = 0;

@@ -881,6 +881,132 @@ TEST(PreTokenizer, DollarMatchesOnlyAtTheEnd) {
   EXPECT_EQ(PreTokenizer({"\\s+$"}).split("a  \nb  "), (Words{"a  \nb", "  "}));
 }
 
+// Texts of up to 40 characters drawn from letters of every case class, marks, digits, white
+// space of several kinds, apostrophes and symbols: what the pre-tokenizer regexes tell apart.
+std::vector<std::string> awkward_texts(int count, uint32_t seed) {
+  const std::vector<std::string> alphabet = {"a",
+                                             "z",
+                                             "s",
+                                             "t",
+                                             "A",
+                                             "Z",
+                                             "S",
+                                             "\xC3\xA9",
+                                             "\xC3\x89",
+                                             "\xC7\x85",
+                                             "\xCA\xB0",
+                                             "\xE4\xB8\xAD",
+                                             "\xCC\x81",
+                                             "1",
+                                             "\xD9\xA3",
+                                             " ",
+                                             " ",
+                                             "\t",
+                                             "\n",
+                                             "\r",
+                                             "\xE3\x80\x80",
+                                             "\xC2\xA0",
+                                             "'",
+                                             "!",
+                                             "/",
+                                             ".",
+                                             "$",
+                                             "\xF0\x9F\x98\x80",
+                                             "\xE2\x80\x8D",
+                                             "\x7F"};
+  std::mt19937 rng(seed);
+  std::vector<std::string> texts;
+  for (int i = 0; i < count; ++i) {
+    std::string t;
+    for (int n = int(rng() % 41); n > 0; --n) t += alphabet[rng() % alphabet.size()];
+    texts.push_back(t);
+  }
+  return texts;
+}
+
+TEST(PreTokenizer, ClassFormsSplitAsLlamaCppsGroups) {
+  // The case split written as one class per item, and exaone-moe's words written possessively,
+  // must give the words of llama.cpp's spelling.
+  const std::vector<std::pair<std::string, std::string>> llama_cpp_form = {
+      {"exaone-moe",
+       "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}"
+       "\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| "
+       "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)"
+       "|\\s+"},
+      {"tekken",
+       "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?"
+       "("
+       "(?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*["
+       "\\r\\n]+|\\s+(?!\\S)|\\s+"},
+      {"gpt-4o",
+       "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR]["
+       "eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=["
+       "\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| "
+       "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+      {"granite-embed-multi-97m",
+       "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:'[sS]|'["
+       "tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])(["
+       "^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'["
+       "dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}};
+  const auto texts = awkward_texts(3000, 7);
+  for (const auto& [pre, regex] : llama_cpp_form) {
+    const PreTokenizerConfig* cfg = find_pre_tokenizer(pre);
+    ASSERT_NE(cfg, nullptr) << pre;
+    const PreTokenizer ours(cfg->regexes), reference({regex});
+    for (const auto& t : texts) ASSERT_EQ(ours.split(t), reference.split(t)) << pre << ": " << t;
+  }
+}
+
+TEST(PreTokenizer, NewlineCalloutChangesNoSplit) {
+  // Every "\\s*[\\r\\n]" gets a callout that refuses places without a line break ahead;
+  // written as "\\s*(?:[\\r\\n])" it gets none, and every pre-tokenizer must split alike.
+  const auto texts = awkward_texts(1500, 11);
+  std::set<std::string> seen;
+  int with_callout = 0;
+  for (const auto& name : pre_tokenizer_names()) {
+    const PreTokenizerConfig* cfg = find_pre_tokenizer(name);
+    if (!seen.insert(cfg->name).second) continue;
+    std::vector<std::string> plain;
+    bool changed = false;
+    for (std::string r : cfg->regexes) {
+      for (size_t i = 0; (i = r.find("\\s*[\\r\\n]", i)) != std::string::npos; i += 6) {
+        r.replace(i, 9, "\\s*(?:[\\r\\n])");
+        changed = true;
+      }
+      plain.push_back(r);
+    }
+    if (!changed) continue;
+    ++with_callout;
+    const PreTokenizer ours(cfg->regexes), reference(plain);
+    for (const auto& t : texts)
+      ASSERT_EQ(ours.split(t), reference.split(t)) << cfg->name << ": " << t;
+  }
+  EXPECT_GE(with_callout, 10);
+}
+
+TEST(PreTokenizer, LongWordsSplitWhole) {
+  // llama.cpp's lookahead groups took a JIT stack frame per letter: from about 256K letters
+  // on, the match failed with "match limit exceeded".
+  // exaone-moe's groups of letters and single spaces overflowed at 16 MiB.
+  for (const char* pre : {"tekken", "gpt-4o", "granite-embed-multi-97m", "exaone-moe"}) {
+    const bool exaone = std::string(pre) == "exaone-moe";
+    for (const std::string unit : {"a", "A", "a\xCC\x81", "a b "}) {
+      if ((unit == "a b ") != exaone) continue;
+      std::string word;
+      while (word.size() < (exaone ? 16u << 20 : 1u << 20)) word += unit;
+      if (exaone) word.pop_back();
+      std::vector<std::string> words;
+      ASSERT_NO_THROW(words = split_with(pre, " " + word + "!")) << pre;
+      const bool mark = unit.size() == 3;
+      // Only granite's classes take the combining mark into the word.
+      if (!mark || std::string(pre) == "granite-embed-multi-97m") {
+        ASSERT_EQ(words.size(), 2u) << pre;
+        EXPECT_EQ(words[0], " " + word) << pre;
+      }
+    }
+  }
+}
+
 // --- errors --------------------------------------------------------------------------------
 
 void expect_model_error(GgufImage& img, const std::vector<std::string>& needles) {
@@ -1036,6 +1162,20 @@ TEST(TokenizerWpm, LongWordBesideAHugeTokenIsBounded) {
   for (int i = 0; i < 1000; ++i) words += std::string(100, 'a') + ' ';
   EXPECT_EQ(tok->encode(words, false, false).size(), 100000u);
   EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST(PreTokenizer, LongWhiteSpaceRunIsBounded) {
+  // jais-2 cuts white space into runs of 512, 256, ...; before each, "\\s*[\\r\\n]+" looked
+  // through the rest of the run for a line break: 4 MiB of spaces took 37 s.
+  const std::string spaces(4u << 20, ' ');
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto words = split_with("jais-2", spaces + "a");
+  EXPECT_LT(seconds_since(t0), 5.0);
+  // 8,191 runs of 512; the last 512 before the letter as 256, 128, ..., 2, 1 and " a".
+  ASSERT_EQ(words.size(), 8201u);
+  EXPECT_EQ(words[0], std::string(512, ' '));
+  EXPECT_EQ(words[8191], std::string(256, ' '));
+  EXPECT_EQ(words.back(), " a");
 }
 
 TEST(TokenizerSpecial, ManySpecialTokensOverALongTextIsBounded) {
