@@ -97,4 +97,23 @@ std::vector<int32_t> TokenTrie::tokens_in(std::string_view text) const {
   return found;
 }
 
+std::vector<TokenTrie::Occurrence> TokenTrie::occurrences(std::string_view text) const {
+  std::vector<Occurrence> found;
+  if (nodes_.size() == 1) return found;
+  uint32_t state = kRoot;
+  for (size_t i = 0; i < text.size(); ++i) {
+    for (;;) {
+      if (const uint32_t w = child(state, uint8_t(text[i])); w != kNone) {
+        state = w;
+        break;
+      }
+      if (state == kRoot) break;
+      state = fail_[state];
+    }
+    for (uint32_t x = nodes_[state].token >= 0 ? state : output_[state]; x != kNone; x = output_[x])
+      found.push_back({i + 1, nodes_[x].token});
+  }
+  return found;
+}
+
 }  // namespace ps

@@ -34,6 +34,15 @@ class TokenTrie {
   // + tokens found). Needs with_links.
   std::vector<int32_t> tokens_in(std::string_view text) const;
 
+  struct Occurrence {
+    size_t end;  // one past the token's last byte in the text
+    int32_t token;
+  };
+  // Every occurrence of every token in `text`, by end offset (longest token first where several
+  // end at one place). Needs with_links. Linear when no token is a proper suffix of another,
+  // as when all have one length.
+  std::vector<Occurrence> occurrences(std::string_view text) const;
+
  private:
   struct Node {
     int32_t token = -1;

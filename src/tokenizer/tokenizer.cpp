@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -89,35 +90,42 @@ std::string clean_up_spaces(std::string text) {
   return text;
 }
 
-// Knuth-Morris-Pratt: linear in the text whatever the pattern, where std::string_view::find
-// can compare most of the pattern at every position ("aaa...ab" in "aaaa...").
-class PatternSearch {
+// The bytes of a text that special tokens have taken (or that their strip rules removed), as
+// disjoint intervals; the rest is still text.
+class TakenBytes {
  public:
-  explicit PatternSearch(std::string_view pattern) : pattern_(pattern), border_(pattern.size()) {
-    for (size_t i = 1, k = 0; i < pattern.size(); ++i) {
-      while (k > 0 && pattern[i] != pattern[k]) k = border_[k - 1];
-      if (pattern[i] == pattern[k]) ++k;
-      border_[i] = k;
+  // Whether [begin, end) is all still text.
+  bool free(size_t begin, size_t end) const {
+    auto it = taken_.upper_bound(begin);
+    if (it != taken_.begin() && std::prev(it)->second > begin) return false;
+    return it == taken_.end() || it->first >= end;
+  }
+  void take(size_t begin, size_t end) {
+    auto next = taken_.lower_bound(begin);
+    if (next != taken_.begin() && std::prev(next)->second == begin) {
+      --next;
+      next->second = end;
+    } else {
+      next = taken_.emplace_hint(next, begin, end);
+    }
+    if (auto after = std::next(next); after != taken_.end() && after->first == end) {
+      next->second = after->second;
+      taken_.erase(after);
     }
   }
-  // The first occurrence of the pattern in `text`, or npos.
-  size_t find(std::string_view text) const {
-    const size_t m = pattern_.size();
-    for (size_t i = 0, k = 0; i < text.size(); ++i) {
-      if (k == 0) {  // memchr to the next possible start: the common case stays fast
-        const void* at = std::memchr(text.data() + i, pattern_[0], text.size() - i);
-        if (!at) break;
-        i = size_t(static_cast<const char*>(at) - text.data());
-      }
-      while (k > 0 && text[i] != pattern_[k]) k = border_[k - 1];
-      if (text[i] == pattern_[k] && ++k == m) return i + 1 - m;
+  // Calls f(begin, end) for each run of text left in [0, size), in order.
+  template <class F>
+  void for_each_free(size_t size, F&& f) const {
+    size_t at = 0;
+    for (const auto& [begin, end] : taken_) {
+      if (begin > at) f(at, begin);
+      at = end;
     }
-    return std::string_view::npos;
+    if (at < size) f(at, size);
   }
 
  private:
-  std::string_view pattern_;
-  std::vector<size_t> border_;  // border_[i]: the longest proper border of pattern_[0..i]
+  std::map<size_t, size_t> taken_;
 };
 
 }  // namespace
@@ -420,48 +428,56 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
                                                           bool parse_special) const {
   std::vector<Fragment> frags;
   if (text.empty()) return frags;
-  frags.push_back({-1, text});
   auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  // Only special tokens that occur in the text can split it; finding those in one pass keeps a
-  // vocabulary of many special tokens from costing a pass over the text each. They are taken
-  // in special_ids_ order: longest first, then the lowest id.
+  // llama.cpp's order: each special token in turn, longest first, then the lowest id, takes
+  // every leftmost non-overlapping occurrence of itself in the text the tokens before it left.
+  // Only tokens that occur in the text matter, found in one pass. Those of one length are
+  // then found together in one more pass over the text still free, and take their places in
+  // order of id: the time is the text times the number of distinct lengths, not of tokens.
   std::vector<int32_t> present = special_trie_.tokens_in(text);
+  std::erase_if(present, [&](int32_t id) {
+    return !parse_special && (attrs_[size_t(id)] & (kAttrControl | kAttrUnknown));
+  });
   std::sort(present.begin(), present.end(), [&](int32_t l, int32_t r) {
     const size_t nl = tokens_[size_t(l)].size(), nr = tokens_[size_t(r)].size();
     return nl != nr ? nl > nr : l < r;
   });
-  for (const int32_t id : present) {
-    const uint32_t a = attrs_[size_t(id)];
-    if (!parse_special && (a & (kAttrControl | kAttrUnknown))) continue;
-    const std::string& special = tokens_[size_t(id)];
-    const PatternSearch search(special);
-    std::vector<Fragment> next;
-    bool changed = false;
-    for (const Fragment& f : frags) {
-      if (f.token >= 0 || search.find(f.text) == std::string_view::npos) {
-        next.push_back(f);
-        continue;
-      }
-      changed = true;
-      std::string_view rest = f.text;
-      while (!rest.empty()) {
-        const size_t at = search.find(rest);
-        if (at == std::string_view::npos) {
-          next.push_back({-1, rest});
-          break;
-        }
-        std::string_view left = rest.substr(0, at);
-        if (a & kAttrLstrip)
-          while (!left.empty() && is_space(left.back())) left.remove_suffix(1);
-        if (!left.empty()) next.push_back({-1, left});
-        next.push_back({id, {}});
-        rest = rest.substr(at + special.size());
-        if (a & kAttrRstrip)
-          while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
-      }
+  TakenBytes taken;
+  std::vector<std::pair<size_t, int32_t>> placed;  // (offset, token)
+  for (size_t first = 0; first < present.size();) {
+    const size_t len = tokens_[size_t(present[first])].size();
+    size_t last = first;
+    std::vector<TokenTrie::Entry> entries;
+    for (; last < present.size() && tokens_[size_t(present[last])].size() == len; ++last)
+      entries.push_back({tokens_[size_t(present[last])], present[last]});
+    first = last;
+    const TokenTrie same_length(std::move(entries), len, true);
+    std::vector<std::pair<int32_t, size_t>> found;  // (token, offset): by id, then leftmost
+    taken.for_each_free(text.size(), [&](size_t begin, size_t end) {
+      for (const auto& o : same_length.occurrences(text.substr(begin, end - begin)))
+        found.push_back({o.token, begin + o.end - len});
+    });
+    std::sort(found.begin(), found.end());
+    for (const auto& [id, at] : found) {
+      if (!taken.free(at, at + len)) continue;  // overlaps a token placed before it
+      size_t begin = at, end = at + len;
+      const uint32_t a = attrs_[size_t(id)];
+      if (a & kAttrLstrip)
+        while (begin > 0 && is_space(text[begin - 1]) && taken.free(begin - 1, begin)) --begin;
+      if (a & kAttrRstrip)
+        while (end < text.size() && is_space(text[end]) && taken.free(end, end + 1)) ++end;
+      taken.take(begin, end);
+      placed.push_back({at, id});
     }
-    if (changed) frags = std::move(next);
   }
+  std::sort(placed.begin(), placed.end());
+  size_t next_token = 0;
+  taken.for_each_free(text.size(), [&](size_t begin, size_t end) {
+    for (; next_token < placed.size() && placed[next_token].first < begin; ++next_token)
+      frags.push_back({placed[next_token].second, {}});
+    frags.push_back({-1, text.substr(begin, end - begin)});
+  });
+  for (; next_token < placed.size(); ++next_token) frags.push_back({placed[next_token].second, {}});
   return frags;
 }
 

@@ -1245,6 +1245,124 @@ TEST(TokenizerSpecial, OverlappingSpecialTokensKeepLongestFirstOrder) {
   EXPECT_EQ(count("dc dcd", dc), 1);
 }
 
+// llama.cpp's tokenizer_st_partition, spelled out: each special token in turn (longest first,
+// then the lowest id) cuts every remaining text piece at its leftmost non-overlapping
+// occurrences; lstrip and rstrip drop white space beside it within the piece.
+struct RefFragment {
+  int32_t token;
+  std::string text;
+};
+std::vector<RefFragment> reference_special_split(const std::string& text,
+                                                 const std::vector<std::string>& tokens,
+                                                 const std::vector<int32_t>& special,
+                                                 const std::set<int32_t>& lstrip,
+                                                 const std::set<int32_t>& rstrip) {
+  std::vector<int32_t> order = special;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t l, int32_t r) {
+    return tokens[size_t(l)].size() > tokens[size_t(r)].size();
+  });
+  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  std::vector<RefFragment> frags{{-1, text}};
+  for (const int32_t id : order) {
+    const std::string& t = tokens[size_t(id)];
+    std::vector<RefFragment> next;
+    for (const auto& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      std::string rest = f.text;
+      for (size_t at; !rest.empty() && (at = rest.find(t)) != std::string::npos;) {
+        std::string left = rest.substr(0, at);
+        if (lstrip.count(id))
+          while (!left.empty() && space(left.back())) left.pop_back();
+        if (!left.empty()) next.push_back({-1, left});
+        next.push_back({id, {}});
+        rest = rest.substr(at + t.size());
+        if (rstrip.count(id))
+          while (!rest.empty() && space(rest.front())) rest.erase(0, 1);
+      }
+      if (!rest.empty()) next.push_back({-1, rest});
+    }
+    frags = std::move(next);
+  }
+  return frags;
+}
+
+TEST(TokenizerSpecial, SplitsAsLlamaCppsTokenByTokenOrder) {
+  // Random special tokens over a small alphabet, so they overlap, nest and repeat; random texts
+  // of the same letters. "phi-3" makes every special token rstrip; "modern-bert" makes
+  // "[MASK]" lstrip. Each text piece is encoded alone, as encode does after the split.
+  std::mt19937 rng(23);
+  const std::string letters = "ab [";
+  for (const std::string name : {"plain", "phi-3", "modern-bert"}) {
+    for (int round = 0; round < 40; ++round) {
+      SpmVocab v;
+      std::vector<int32_t> special;
+      std::set<std::string> seen;
+      for (int i = 0, n = 1 + int(rng() % 12); i < n; ++i) {
+        std::string t;
+        for (int k = 0, len = 1 + int(rng() % 4); k < len; ++k)
+          t += letters[rng() % letters.size()];
+        if (!seen.insert(t).second) continue;
+        special.push_back(v.add(t, 0, rng() % 2 ? 4 : 3));
+      }
+      const int32_t mask = v.add("[MASK]", 0, 4);
+      special.push_back(mask);
+      v.add_bytes();
+      auto img = v.image();
+      img.boolean("tokenizer.ggml.add_space_prefix", false).str("general.name", name);
+      const auto file = img.parse();
+      const auto tok = Tokenizer::from_gguf(*file);
+      std::set<int32_t> lstrip, rstrip;
+      if (name == "phi-3") rstrip.insert(special.begin(), special.end());
+      if (name == "modern-bert") lstrip.insert(mask);
+      for (int t = 0; t < 50; ++t) {
+        std::string text;
+        for (int k = 0, len = int(rng() % 30); k < len; ++k)
+          text += rng() % 8 ? std::string(1, letters[rng() % letters.size()]) : "[MASK]";
+        std::vector<int32_t> expected;
+        for (const auto& f : reference_special_split(text, v.tokens, special, lstrip, rstrip)) {
+          if (f.token >= 0) {
+            expected.push_back(f.token);
+          } else {
+            const auto ids = tok->encode(f.text, false, true);
+            expected.insert(expected.end(), ids.begin(), ids.end());
+          }
+        }
+        ASSERT_EQ(tok->encode(text, false, true), expected)
+            << name << " round " << round << ": \"" << text << "\"";
+      }
+    }
+  }
+}
+
+TEST(TokenizerSpecial, ManyDistinctSpecialTokensInOneTextAreBounded) {
+  // Each special token found in the text took its own pass over all of it, and rebuilt the
+  // list of pieces: 60,000 distinct ones, each present once in 600 KB, took minutes.
+  std::vector<std::string> extra;
+  std::vector<int32_t> types;
+  std::string text;
+  for (int i = 0; i < 60000; ++i) {
+    extra.push_back(fmt::format("<tok{}>", i));
+    types.push_back(4);
+    text += extra.back() + " a";
+  }
+  extra.push_back(kSp + "a");
+  auto img = wpm_image(extra, types);
+  const auto file = img.parse();
+  const auto tok = Tokenizer::from_gguf(*file);
+  const int32_t first = 5, sp_a = 60005;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = tok->encode(text, false, false);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  ASSERT_EQ(ids.size(), 120000u);
+  for (int i = 0; i < 60000; i += 997) {
+    EXPECT_EQ(ids[size_t(2 * i)], first + i);
+    EXPECT_EQ(ids[size_t(2 * i + 1)], sp_a);
+  }
+}
+
 // --- size -----------------------------------------------------------------------------------
 
 TEST(TokenizerSpm, LargeVocabularyRoundTrips) {
