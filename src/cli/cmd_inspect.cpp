@@ -55,8 +55,8 @@ nlohmann::json element_json(const gguf::Array& a, uint64_t i) {
       return a.double_at(i);
     case ValueType::BOOL:
       return a.int_at(i) != 0;
-    case ValueType::U64:  // may be above int64's range
-      return a.raw ? load_u64(a.raw + i * 8) : 0;
+    case ValueType::U64:  // may be above int64's range; i < count, so raw holds it
+      return load_u64(a.raw + i * 8);
     default:
       return a.int_at(i);
   }

@@ -58,10 +58,16 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
-  void need(uint64_t n, const std::string& field) const {
+  // `name` gives the field's name and is called only for an error, so the millions of
+  // strings of a vocabulary cost no name each.
+  template <typename Name>
+  void need_named(uint64_t n, const Name& name) const {
     if (n > remaining())
-      fail(field, fmt::format("needs {} bytes at offset {} but the file ends at {} (truncated?)", n,
-                              pos_, size_));
+      fail(name(), fmt::format("needs {} bytes at offset {} but the file ends at {} (truncated?)",
+                               n, pos_, size_));
+  }
+  void need(uint64_t n, const std::string& field) const {
+    need_named(n, [&] { return field; });
   }
   template <typename T>
   T read(const std::string& field) {
@@ -71,12 +77,19 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
-  std::string_view read_string(const std::string& field) {
-    const uint64_t len = read<uint64_t>(field + " (string length)");
-    need(len, field + fmt::format(" (string of {} bytes)", len));
+  template <typename Name>
+  std::string_view read_string_named(const Name& name) {
+    need_named(sizeof(uint64_t), [&] { return name() + " (string length)"; });
+    uint64_t len;
+    std::memcpy(&len, base_ + pos_, sizeof len);
+    pos_ += sizeof len;
+    need_named(len, [&] { return fmt::format("{} (string of {} bytes)", name(), len); });
     std::string_view s(reinterpret_cast<const char*>(base_ + pos_), size_t(len));
     pos_ += len;
     return s;
+  }
+  std::string_view read_string(const std::string& field) {
+    return read_string_named([&] { return field; });
   }
   const uint8_t* take(uint64_t n, const std::string& field) {
     need(n, field);
@@ -113,13 +126,8 @@ std::shared_ptr<const Array> read_array(Cursor& c, const std::string& field) {
       c.fail(field,
              fmt::format("array of {} strings is larger than the rest of the file", arr->count));
     arr->strings.reserve(arr->count);
-    for (uint64_t k = 0; k < arr->count; ++k) {
-      const uint64_t len = c.read<uint64_t>(field);
-      if (len > c.remaining())
-        c.fail(fmt::format("{}[{}]", field, k),
-               fmt::format("string of {} bytes runs past the end of the file", len));
-      arr->strings.emplace_back(reinterpret_cast<const char*>(c.take(len, field)), size_t(len));
-    }
+    for (uint64_t k = 0; k < arr->count; ++k)
+      arr->strings.push_back(c.read_string_named([&] { return fmt::format("{}[{}]", field, k); }));
   }
   return arr;
 }
