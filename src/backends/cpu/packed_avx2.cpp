@@ -6,6 +6,12 @@
 // The offset of 8 comes off as 8 * s of the activation block, and the 8 weight scales are one
 // vcvtph2ps: about 5 vector instructions per 32 weights, against about 18 for a row dot.
 //
+// Q4_Kx16 and Q5_Kx16 (the AVX-512 layouts) are read as two groups of 8 rows: 32 bytes of a
+// 64-byte vector hold 4 elements of 8 rows. vpmaddubsw against 4 broadcast activations gives
+// int16 pairs; a sub-block's 8 of them (4 for Q5_K, whose levels reach 31) sum without overflow,
+// and one vpmaddwd by the rows' scales, each as an int16 pair (s, s), is the scaled dot in int32.
+// The mins meet Q8_K's sums per 16 as in the AVX-512 tiles (vpmaddwd by (min, min)).
+//
 // This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
 // baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
 // out-of-line copy built with these flags can replace the baseline one at link.
@@ -16,6 +22,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "backends/cpu/simd_avx2.h"
@@ -122,6 +129,133 @@ void q4_0x8_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_str
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride, acc[c]);
 }
 
+int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Eight bytes widened to the int32 lanes of one vector, each also copied into the lane's high
+// int16: (v, v) pairs for vpmaddwd.
+inline __m256i byte_pairs(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_next(const Block* block) {
+  const char* p = reinterpret_cast<const char*>(block + 1);
+#pragma GCC unroll 64
+  for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+void act_q8_k(const float* x, void* dst, int64_t n) {
+  dot_kernel_kquants_avx2(DType::Q4_K)->act_from_f32(x, dst, n);
+}
+
+template <DType T>
+float tail_dot_k(int64_t n, const void* w, const void* a) {
+  return dot_kernel_kquants_avx2(T)->dot(n, w, a);
+}
+
+// 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
+template <typename Block, int C>
+void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                size_t y_stride) {
+  constexpr bool five = std::is_same_v<Block, BlockQ5_Kx16>;
+  // u steps whose int16 pair sums stay below 2^15: 2 x 15 x 127 each for Q4_K, 2 x 31 x 127
+  // for Q5_K (Q8_K's quants are within +-127).
+  constexpr int kSpan = five ? 4 : 8;
+  const auto* w = static_cast<const Block*>(wv);
+  const BlockQ8_K* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[2][C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& x = w[b];
+    prefetch_next(w + b);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int r0 = 8 * h;
+      __m256i isum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const __m256i s_lo = byte_pairs(x.scales[2 * p] + r0);
+        const __m256i s_hi = byte_pairs(x.scales[2 * p + 1] + r0);
+        const __m256i bit_lo = _mm256_set1_epi8(char(1 << (2 * p)));
+        const __m256i bit_hi = _mm256_set1_epi8(char(2 << (2 * p)));
+#pragma GCC unroll 2
+        for (int u0 = 0; u0 < 8; u0 += kSpan) {
+          __m256i lo[C], hi[C];
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) lo[c] = hi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int u = u0; u < u0 + kSpan; ++u) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
+            __m256i ql = _mm256_and_si256(raw, low4);
+            __m256i qh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            if constexpr (five) {
+              const __m256i fifth =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[u][r0]));
+              const __m256i sixteen = _mm256_set1_epi8(16);
+              ql = _mm256_add_epi8(
+                  ql, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit_lo), bit_lo),
+                                       sixteen));
+              qh = _mm256_add_epi8(
+                  qh, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit_hi), bit_hi),
+                                       sixteen));
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              const int8_t* qa = a[c][b].qs + 64 * p + 4 * u;
+              lo[c] = _mm256_add_epi16(lo[c],
+                                       _mm256_maddubs_epi16(ql, _mm256_set1_epi32(load_i32(qa))));
+              hi[c] = _mm256_add_epi16(
+                  hi[c], _mm256_maddubs_epi16(qh, _mm256_set1_epi32(load_i32(qa + 32))));
+            }
+          }
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(lo[c], s_lo),
+                                                                 _mm256_madd_epi16(hi[c], s_hi)));
+        }
+      }
+      __m256i msum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        const __m256i mm = byte_pairs(x.mins[s] + r0);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          msum[c] = _mm256_add_epi32(
+              msum[c], _mm256_madd_epi16(mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s))));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 da = _mm256_set1_ps(a[c][b].d);
+        acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[h][c]);
+        acc[h][c] =
+            _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[h][c]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
+    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
+  }
+}
+
 constexpr int kTileCols = 4;
 
 template <int... I>
@@ -132,9 +266,32 @@ constexpr GemmKernel make_q4_0x8(std::integer_sequence<int, I...>) {
 constexpr PackedKernel kQ4_0{QK8_0, sizeof(BlockQ8S), act_q8s, tail_dot_q4_0,
                              make_q4_0x8(std::make_integer_sequence<int, kTileCols>{})};
 
+template <typename Block, int... I>
+constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {k4x16_tile<Block, I + 1>...}};
+}
+
+constexpr PackedKernel kQ4_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q4_K>,
+    make_k4x16<BlockQ4_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+constexpr PackedKernel kQ5_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q5_K>,
+    make_k4x16<BlockQ5_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+
 }  // namespace
 
-const PackedKernel* packed_kernel_avx2(DType w) { return w == DType::Q4_0 ? &kQ4_0 : nullptr; }
+const PackedKernel* packed_kernel_avx2(DType w) {
+  switch (w) {
+    case DType::Q4_0:
+      return &kQ4_0;
+    case DType::Q4_K:
+      return &kQ4_K;
+    case DType::Q5_K:
+      return &kQ5_K;
+    default:
+      return nullptr;
+  }
+}
 
 }  // namespace ps::cpu
 
