@@ -133,8 +133,8 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
     y[i].m = f32_to_fp16(mn);
     uint32_t qh = 0;
     for (int j = 0; j < QK5_1 / 2; ++j) {
-      const uint8_t a = uint8_t(int8_t((x[j] - mn) * id + 0.5f));
-      const uint8_t b = uint8_t(int8_t((x[j + QK5_1 / 2] - mn) * id + 0.5f));
+      const uint8_t a = uint8_t(std::min(31, int(trunc_i8((x[j] - mn) * id + 0.5f))));
+      const uint8_t b = uint8_t(std::min(31, int(trunc_i8((x[j + QK5_1 / 2] - mn) * id + 0.5f))));
       y[i].qs[j] = uint8_t((a & 0x0f) | ((b & 0x0f) << 4));
       qh |= uint32_t((a & 0x10) >> 4) << j;
       qh |= uint32_t((b & 0x10) >> 4) << (j + QK5_1 / 2);

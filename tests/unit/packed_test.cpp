@@ -482,7 +482,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(KCase{DType::Q2_K, IsaLevel::Avx512}, KCase{DType::Q3_K, IsaLevel::Avx512},
                       KCase{DType::Q4_K, IsaLevel::Avx512}, KCase{DType::Q5_K, IsaLevel::Avx512},
                       KCase{DType::Q6_K, IsaLevel::Avx512}, KCase{DType::Q4_K, IsaLevel::Avx2},
-                      KCase{DType::Q5_K, IsaLevel::Avx2}),
+                      KCase{DType::Q5_K, IsaLevel::Avx2}, KCase{DType::Q6_K, IsaLevel::Avx2}),
     [](const auto& info) {
       return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
     });

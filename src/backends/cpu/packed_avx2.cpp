@@ -11,6 +11,9 @@
 // int16 pairs; a sub-block's 8 of them (4 for Q5_K, whose levels reach 31) sum without overflow,
 // and one vpmaddwd by the rows' scales, each as an int16 pair (s, s), is the scaled dot in int32.
 // The mins meet Q8_K's sums per 16 as in the AVX-512 tiles (vpmaddwd by (min, min)).
+// Q6_Kx16 the same way: its unsigned 6-bit levels reach 63, so int16 pairs are summed over two
+// steps only, each pair then scaled by one vpmaddwd; the stored offset of 32 comes off through
+// the activation sums per 16.
 //
 // This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
 // baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
@@ -256,6 +259,104 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   }
 }
 
+// 16 rows x C columns of Q6_Kx16, as two halves of 8 rows.
+template <int C>
+void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                  size_t y_stride) {
+  const auto* w = static_cast<const BlockQ6_Kx16*>(wv);
+  const BlockQ8_K* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  __m256 acc[2][C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_Kx16& x = w[b];
+    prefetch_next(w + b);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const int r0 = 8 * half;
+      __m256i isum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        // Sub-blocks 8h + 2kk (u < 4) and + 1 (u >= 4), kk < 4: scale pair t = 4h + kk, each
+        // lane the int16 pair (first, second) of one row. One load of ql and qh per u serves
+        // the four kk.
+        __m256i s_first[4], s_second[4];
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int t = 4 * h + kk;
+          const __m256i pair = _mm256_cvtepi8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
+          s_first[kk] = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+          s_second[kk] = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          // -32 x the scale pair (at most 4096 in magnitude) against the per-16 sums.
+          const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(
+                isum[c],
+                _mm256_madd_epi16(offset, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t))));
+        }
+#pragma GCC unroll 4
+        for (int u0 = 0; u0 < 8; u0 += 2) {
+          __m256i s16[4][C];
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            s16[0][c] = s16[1][c] = s16[2][c] = s16[3][c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+          for (int u = u0; u < u0 + 2; ++u) {
+            const __m256i ql0 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][0][u][r0]));
+            const __m256i ql1 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][1][u][r0]));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[h][u][r0]));
+            // (low nibbles | the high bits at 0x30) for kk = 0..3
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                _mm256_and_si256(qh, bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; ++kk) {
+#pragma GCC unroll 8
+              for (int c = 0; c < C; ++c) {
+                const int8_t* qa = a[c][b].qs + 128 * h + 32 * kk + 4 * u;
+                s16[kk][c] = _mm256_add_epi16(
+                    s16[kk][c], _mm256_maddubs_epi16(q[kk], _mm256_set1_epi32(load_i32(qa))));
+              }
+            }
+          }
+#pragma GCC unroll 4
+          for (int kk = 0; kk < 4; ++kk) {
+            const __m256i scale = u0 < 4 ? s_first[kk] : s_second[kk];
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[kk][c], scale));
+          }
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[half][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
+                                       _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[half][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
+    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
+  }
+}
+
 constexpr int kTileCols = 4;
 
 template <int... I>
@@ -274,6 +375,13 @@ constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
 constexpr PackedKernel kQ4_K{
     QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q4_K>,
     make_k4x16<BlockQ4_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+template <int... I>
+constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {q6_kx16_tile<I + 1>...}};
+}
+
+constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q6_K>,
+                             make_q6_kx16(std::make_integer_sequence<int, kTileCols>{})};
 constexpr PackedKernel kQ5_K{
     QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q5_K>,
     make_k4x16<BlockQ5_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
@@ -288,6 +396,8 @@ const PackedKernel* packed_kernel_avx2(DType w) {
       return &kQ4_K;
     case DType::Q5_K:
       return &kQ5_K;
+    case DType::Q6_K:
+      return &kQ6_K;
     default:
       return nullptr;
   }
