@@ -346,12 +346,6 @@ std::string add_newline_callouts(std::string_view regex, bool& added) {
   return out;
 }
 
-bool is_white_space(uint32_t cp) {  // kWhiteSpaceSet
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
-}
-
 struct CalloutData {
   const uint8_t* newline_ahead = nullptr;  // by byte offset from the start of the current piece
 };
@@ -434,7 +428,7 @@ std::vector<std::string> PreTokenizer::split(std::string_view text) const {
     newline_ahead.assign(subject.size() + 1, 0);
     uint8_t ahead = 0;
     for (size_t i = n_cps; i-- > 0;) {
-      ahead = cps[i] == '\r' || cps[i] == '\n' ? 1 : is_white_space(cps[i]) ? ahead : 0;
+      ahead = cps[i] == '\r' || cps[i] == '\n' ? 1 : unicode::is_white_space(cps[i]) ? ahead : 0;
       newline_ahead[cp_byte[i]] = ahead;
     }
   }
