@@ -167,8 +167,14 @@ IsaLevel best_isa_level() {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_vnni)
     return IsaLevel::Avx512;
+  if (avx2 && f.avx_vnni) return IsaLevel::AvxVnni;
   if (avx2) return IsaLevel::Avx2;
   return IsaLevel::Scalar;
+}
+
+bool isa_level_runs(IsaLevel l) {
+  if (l > best_isa_level()) return false;
+  return l != IsaLevel::AvxVnni || cpu_features().avx_vnni;
 }
 
 IsaLevel active_isa_level() {
@@ -180,14 +186,17 @@ IsaLevel active_isa_level() {
     requested = IsaLevel::Scalar;
   } else if (equals_ignoring_case(env, "avx2")) {
     requested = IsaLevel::Avx2;
+  } else if (equals_ignoring_case(env, "avxvnni")) {
+    requested = IsaLevel::AvxVnni;
   } else if (equals_ignoring_case(env, "avx512")) {
     requested = IsaLevel::Avx512;
   } else {
     throw UsageError(std::string("POLYSTACK_ISA=") + env +
-                     " is not an ISA level (expected scalar, avx2 or avx512)");
+                     " is not an ISA level (expected scalar, avx2, avxvnni or avx512)");
   }
   // A level above what the CPU runs would fault on the first kernel; it can only lower it.
-  return requested < best ? requested : best;
+  if (requested >= best) return best;
+  return isa_level_runs(requested) ? requested : IsaLevel::Avx2;
 }
 
 const char* isa_level_name(IsaLevel l) {
@@ -196,6 +205,8 @@ const char* isa_level_name(IsaLevel l) {
       return "scalar";
     case IsaLevel::Avx2:
       return "avx2";
+    case IsaLevel::AvxVnni:
+      return "avxvnni";
     case IsaLevel::Avx512:
       return "avx512";
   }

@@ -19,10 +19,15 @@ struct CpuFeatures {
 // Detected once, cached.
 const CpuFeatures& cpu_features();
 
-// The SIMD level the CPU kernels dispatch on.
-enum class IsaLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// The SIMD level the CPU kernels dispatch on. AvxVnni is the AVX2 kernels with AVX-VNNI's
+// 256-bit vpdpbusd where they have a variant for it (Alder Lake and later, Zen 5); an AVX-512
+// CPU may lack AVX-VNNI, so a level below the best is not always one the CPU runs:
+// isa_level_runs says.
+enum class IsaLevel { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3 };
 IsaLevel best_isa_level();
-// POLYSTACK_ISA=scalar|avx2|avx512 caps the level (for tests and comparisons).
+bool isa_level_runs(IsaLevel l);
+// POLYSTACK_ISA=scalar|avx2|avxvnni|avx512 caps the level (for tests and comparisons); avxvnni
+// on a CPU without AVX-VNNI gives avx2.
 IsaLevel active_isa_level();
 const char* isa_level_name(IsaLevel l);
 

@@ -131,8 +131,15 @@ TEST(CpuFeatures, BestLevelFollowsTheFlags) {
   const CpuFeatures& f = ps::cpu_features();
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_vnni;
-  const IsaLevel want = avx512 ? IsaLevel::Avx512 : avx2 ? IsaLevel::Avx2 : IsaLevel::Scalar;
+  const IsaLevel want = avx512               ? IsaLevel::Avx512
+                        : avx2 && f.avx_vnni ? IsaLevel::AvxVnni
+                        : avx2               ? IsaLevel::Avx2
+                                             : IsaLevel::Scalar;
   EXPECT_EQ(ps::best_isa_level(), want) << "flags: " << ::testing::PrintToString(f.names());
+  EXPECT_TRUE(ps::isa_level_runs(IsaLevel::Scalar));
+  EXPECT_EQ(ps::isa_level_runs(IsaLevel::Avx2), avx2);
+  EXPECT_EQ(ps::isa_level_runs(IsaLevel::AvxVnni), avx2 && f.avx_vnni);
+  EXPECT_EQ(ps::isa_level_runs(IsaLevel::Avx512), avx512);
 }
 
 TEST(CpuFeatures, PolystackIsaCapsTheLevel) {
@@ -155,6 +162,14 @@ TEST(CpuFeatures, PolystackIsaCapsTheLevel) {
     EXPECT_EQ(ps::active_isa_level(), capped(IsaLevel::Avx2));
   }
   {
+    // An AVX-512 CPU without AVX-VNNI runs the plain AVX2 kernels at this level.
+    ScopedIsaEnv env("avxvnni");
+    const IsaLevel got = ps::active_isa_level();
+    EXPECT_EQ(got,
+              ps::isa_level_runs(IsaLevel::AvxVnni) ? IsaLevel::AvxVnni : capped(IsaLevel::Avx2));
+    EXPECT_TRUE(ps::isa_level_runs(got));
+  }
+  {
     ScopedIsaEnv env("avx512");
     EXPECT_EQ(ps::active_isa_level(), capped(IsaLevel::Avx512));
   }
@@ -167,6 +182,7 @@ TEST(CpuFeatures, PolystackIsaCapsTheLevel) {
 TEST(CpuFeatures, LevelNames) {
   EXPECT_STREQ(ps::isa_level_name(IsaLevel::Scalar), "scalar");
   EXPECT_STREQ(ps::isa_level_name(IsaLevel::Avx2), "avx2");
+  EXPECT_STREQ(ps::isa_level_name(IsaLevel::AvxVnni), "avxvnni");
   EXPECT_STREQ(ps::isa_level_name(IsaLevel::Avx512), "avx512");
 }
 

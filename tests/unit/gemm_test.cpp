@@ -208,14 +208,15 @@ std::string describe(const Problem& p) {
 class GemmLevels : public ::testing::TestWithParam<IsaLevel> {
  protected:
   void SetUp() override {
-    if (best_isa_level() < GetParam()) {
+    if (!isa_level_runs(GetParam())) {
       GTEST_SKIP() << "this CPU does not run the " << isa_level_name(GetParam())
                    << " kernels (best level: " << isa_level_name(best_isa_level()) << ")";
     }
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Gemm, GemmLevels, ::testing::Values(IsaLevel::Avx2, IsaLevel::Avx512),
+INSTANTIATE_TEST_SUITE_P(Gemm, GemmLevels,
+                         ::testing::Values(IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512),
                          [](const auto& info) { return std::string(isa_level_name(info.param)); });
 
 TEST_P(GemmLevels, EveryTypeHasATiledKernel) {
@@ -226,6 +227,12 @@ TEST_P(GemmLevels, EveryTypeHasATiledKernel) {
     EXPECT_GE(g->cols, 2) << dtype_name(t);
     EXPECT_LE(g->cols, cpu::kMaxTileCols) << dtype_name(t);
     for (int j = 0; j < g->cols; ++j) EXPECT_NE(g->tiles[j], nullptr) << dtype_name(t);
+    // The level's own variant: AVX-VNNI's tiles at the avxvnni level, the plain ones at avx2.
+    if (GetParam() == IsaLevel::AvxVnni) {
+      EXPECT_EQ(g, cpu::gemm_kernel_avxvnni(t)) << dtype_name(t);
+    } else if (GetParam() == IsaLevel::Avx2) {
+      EXPECT_EQ(g, cpu::gemm_kernel_avx2(t)) << dtype_name(t);
+    }
   }
 }
 

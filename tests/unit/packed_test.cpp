@@ -124,7 +124,7 @@ TEST(PackedLayout, OtherTypesHaveNone) {
 class PackedLevels : public ::testing::TestWithParam<IsaLevel> {
  protected:
   void SetUp() override {
-    if (best_isa_level() < GetParam()) {
+    if (!isa_level_runs(GetParam())) {
       GTEST_SKIP() << "this CPU does not run the " << isa_level_name(GetParam())
                    << " kernels (best level: " << isa_level_name(best_isa_level()) << ")";
     }
@@ -134,8 +134,27 @@ class PackedLevels : public ::testing::TestWithParam<IsaLevel> {
   const cpu::PackedKernel* kernel_ = nullptr;
 };
 
-INSTANTIATE_TEST_SUITE_P(Packed, PackedLevels, ::testing::Values(IsaLevel::Avx2, IsaLevel::Avx512),
+INSTANTIATE_TEST_SUITE_P(Packed, PackedLevels,
+                         ::testing::Values(IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512),
                          [](const auto& info) { return std::string(isa_level_name(info.param)); });
+
+// Each level gets its own kernels: the AVX-VNNI ones only where the CPU has AVX-VNNI, and the
+// plain AVX2 ones at the avx2 level even there.
+TEST(PackedDispatch, EachLevelGetsItsOwnKernels) {
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    EXPECT_EQ(cpu::packed_kernel(t, IsaLevel::Scalar), nullptr);
+    if (!isa_level_runs(IsaLevel::Avx2)) continue;
+    const cpu::PackedKernel* avx2 = cpu::packed_kernel_avx2(t);
+    const cpu::PackedKernel* vnni = cpu::packed_kernel_avxvnni(t);
+    ASSERT_NE(avx2, nullptr);
+    ASSERT_NE(vnni, nullptr);
+    EXPECT_NE(avx2, vnni);
+    EXPECT_EQ(cpu::packed_kernel(t, IsaLevel::Avx2), avx2);
+    EXPECT_EQ(cpu::packed_kernel(t, IsaLevel::AvxVnni), cpu_features().avx_vnni ? vnni : avx2);
+    EXPECT_EQ(vnni->gemm.rows, avx2->gemm.rows);  // the same packed layout
+  }
+}
 
 // The reference: scalar row dots of GGUF-layout rows with Q8_0 activations, which hold the same
 // 8-bit values and scales as the packed kernels' activations. The two differ only by the order of
@@ -464,7 +483,7 @@ struct KCase {
 class PackedKQuants : public ::testing::TestWithParam<KCase> {
  protected:
   void SetUp() override {
-    if (best_isa_level() < GetParam().level) {
+    if (!isa_level_runs(GetParam().level)) {
       GTEST_SKIP() << "this CPU does not run the " << isa_level_name(GetParam().level)
                    << " kernels (best level: " << isa_level_name(best_isa_level()) << ")";
     }
@@ -482,7 +501,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(KCase{DType::Q2_K, IsaLevel::Avx512}, KCase{DType::Q3_K, IsaLevel::Avx512},
                       KCase{DType::Q4_K, IsaLevel::Avx512}, KCase{DType::Q5_K, IsaLevel::Avx512},
                       KCase{DType::Q6_K, IsaLevel::Avx512}, KCase{DType::Q4_K, IsaLevel::Avx2},
-                      KCase{DType::Q5_K, IsaLevel::Avx2}, KCase{DType::Q6_K, IsaLevel::Avx2}),
+                      KCase{DType::Q5_K, IsaLevel::Avx2}, KCase{DType::Q6_K, IsaLevel::Avx2},
+                      KCase{DType::Q4_K, IsaLevel::AvxVnni}, KCase{DType::Q5_K, IsaLevel::AvxVnni},
+                      KCase{DType::Q6_K, IsaLevel::AvxVnni}),
     [](const auto& info) {
       return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
     });

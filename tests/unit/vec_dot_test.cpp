@@ -175,6 +175,9 @@ const DotKernel& level_kernel(DType t, IsaLevel level) {
     case IsaLevel::Avx2:
       k = ps::cpu::dot_kernel_avx2(t);
       break;
+    case IsaLevel::AvxVnni:
+      k = ps::cpu::dot_kernel_avxvnni(t);
+      break;
     case IsaLevel::Avx512:
       k = ps::cpu::dot_kernel_avx512(t);
       break;
@@ -238,7 +241,7 @@ TEST(VecDotScalar, MatchesFloatActivationsWithinQuantizationError) {
 class VecDotSimd : public ::testing::TestWithParam<IsaLevel> {
  protected:
   void SetUp() override {
-    if (ps::best_isa_level() < GetParam()) {
+    if (!ps::isa_level_runs(GetParam())) {
       GTEST_SKIP() << "this CPU does not run the " << ps::isa_level_name(GetParam())
                    << " kernels (best level: " << ps::isa_level_name(ps::best_isa_level()) << ")";
     }
@@ -407,7 +410,8 @@ TEST_P(VecDotSimd, ActivationQuantizationIsBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(VecDotLevels, VecDotSimd,
-                         ::testing::Values(IsaLevel::Avx2, IsaLevel::Avx512), [](const auto& info) {
+                         ::testing::Values(IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512),
+                         [](const auto& info) {
                            return std::string(ps::isa_level_name(info.param));
                          });
 
@@ -449,10 +453,18 @@ TEST(VecDotDispatch, PicksTheHighestLevelAtOrBelowTheRequest) {
     const DotKernel* avx2 =
         best >= IsaLevel::Avx2 ? ps::cpu::dot_kernel_avx2(t) : ps::cpu::dot_kernel_scalar(t);
     EXPECT_EQ(&ps::cpu::dot_kernel(t, IsaLevel::Avx2), avx2);
+    // AVX-VNNI kernels only where the CPU has AVX-VNNI.
+    const DotKernel* vnni = ps::cpu_features().avx_vnni && best >= IsaLevel::Avx2
+                                ? ps::cpu::dot_kernel_avxvnni(t)
+                                : avx2;
+    if (ps::cpu_features().avx_vnni && best >= IsaLevel::Avx2) {
+      EXPECT_NE(vnni, avx2);
+    }
+    EXPECT_EQ(&ps::cpu::dot_kernel(t, IsaLevel::AvxVnni), vnni);
     // A request above what the CPU runs is capped instead of faulting.
-    const DotKernel* top = best >= IsaLevel::Avx512 ? ps::cpu::dot_kernel_avx512(t) : avx2;
+    const DotKernel* top = best >= IsaLevel::Avx512 ? ps::cpu::dot_kernel_avx512(t) : vnni;
     EXPECT_EQ(&ps::cpu::dot_kernel(t, IsaLevel::Avx512), top);
-    for (IsaLevel l : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512}) {
+    for (IsaLevel l : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512}) {
       const DType want = ps::block_size(t) == 1 ? DType::F32
                          : has_offset(t)        ? DType::Q8_1
                                                 : DType::Q8_0;
@@ -465,9 +477,9 @@ TEST(VecDotDispatch, PicksTheHighestLevelAtOrBelowTheRequest) {
     const DotKernel* simd = best >= IsaLevel::Avx2 ? ps::cpu::dot_kernel_kquants_avx2(t) : nullptr;
     EXPECT_EQ(simd != nullptr, best >= IsaLevel::Avx2) << ps::dtype_name(t);
     EXPECT_EQ(&ps::cpu::dot_kernel(t, IsaLevel::Scalar), ps::cpu::dot_kernel_scalar(t));
-    for (IsaLevel l : {IsaLevel::Avx2, IsaLevel::Avx512})
+    for (IsaLevel l : {IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512})
       EXPECT_EQ(&ps::cpu::dot_kernel(t, l), simd ? simd : ps::cpu::dot_kernel_scalar(t));
-    for (IsaLevel l : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512})
+    for (IsaLevel l : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512})
       EXPECT_EQ(ps::cpu::dot_kernel(t, l).act_type, DType::Q8_K);
   }
   EXPECT_THROW(ps::cpu::dot_kernel(DType::IQ2_XXS, best), ps::BackendError);

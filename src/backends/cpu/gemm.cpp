@@ -27,6 +27,9 @@ const GemmKernel* gemm_kernel(DType w, IsaLevel isa) {
   if (level >= IsaLevel::Avx512) {
     if (const GemmKernel* g = gemm_kernel_avx512(w)) return g;
   }
+  if (level >= IsaLevel::AvxVnni && cpu_features().avx_vnni) {
+    if (const GemmKernel* g = gemm_kernel_avxvnni(w)) return g;
+  }
   if (level >= IsaLevel::Avx2) {
     if (const GemmKernel* g = gemm_kernel_avx2(w)) return g;
   }

@@ -37,6 +37,7 @@ const GemmKernel* gemm_kernel(DType w, IsaLevel isa);
 // Per-level tables; null where the level has no kernel. Only call the functions of a level the
 // CPU supports.
 const GemmKernel* gemm_kernel_avx2(DType w);
+const GemmKernel* gemm_kernel_avxvnni(DType w);  // AVX2 with AVX-VNNI
 const GemmKernel* gemm_kernel_avx512(DType w);
 
 // Activation columns from which the tiled path is used: a single column is a matrix-vector

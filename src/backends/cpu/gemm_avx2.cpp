@@ -11,6 +11,10 @@
 // (offset . a) computed once per column. Float types convert each weight vector to F32 once
 // for C columns.
 //
+// At the avxvnni level this file is compiled again with -mavxvnni (__AVXVNNI__, entry point
+// gemm_kernel_avxvnni): the 32-element block products go to int32 lanes in one vpdpbusd, which
+// starts from the offset term, and the k-quants' scaled pairs add in one vpdpwssd.
+//
 // This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
 // baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
 // out-of-line copy built with these flags can replace the baseline one at link.
@@ -195,23 +199,32 @@ struct QuantTile {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[c][r] = _mm256_setzero_ps();
     }
-    const __m256i ones = _mm256_set1_epi16(1);
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = k / 32;
     for (int64_t b = 0; b < nb; ++b) {
       // The R x C block scales d_w * d_a, rounded to float as the row dots do, are stored and
       // broadcast back from L1 for each pair: a load costs no vector ALU slot, and the ALU
       // ports are what bounds this loop.
       alignas(16) float scales[C][4];
-      alignas(32) __m256i a_offset[C];
+      alignas(32) __m256i a_offset[C];  // VNNI: -(offset . a) in int32 lanes
       const __m128 dw = row_halves<WBlock, R>(w, b, [](const WBlock& blk) { return blk.d; });
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         _mm_store_ps(scales[c], _mm_mul_ps(dw, _mm_set1_ps(half_to_float(a[c][b].d))));
         // (q - offset) . a = q . a - offset . a, the second term once per column; no int16
         // pair saturates (2 * 31 * 127).
+#if defined(__AVXVNNI__)
+        if constexpr (T::offset != 0)
+          _mm256_store_si256(&a_offset[c],
+                             _mm256_sub_epi32(_mm256_setzero_si256(),
+                                              _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(),
+                                                                      _mm256_set1_epi8(T::offset),
+                                                                      load_bytes(a[c][b].qs))));
+#else
         if constexpr (T::offset != 0)
           _mm256_store_si256(&a_offset[c], _mm256_maddubs_epi16(_mm256_set1_epi8(T::offset),
                                                                 load_bytes(a[c][b].qs)));
+#endif
       }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
@@ -222,11 +235,17 @@ struct QuantTile {
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
           const __m256i aq = load_bytes(a[c][b].qs);
-          __m256i pairs =
-              _mm256_maddubs_epi16(q_unsigned, T::is_signed ? _mm256_sign_epi8(aq, q) : aq);
+          const __m256i as = T::is_signed ? _mm256_sign_epi8(aq, q) : aq;
+#if defined(__AVXVNNI__)
+          __m256i start = _mm256_setzero_si256();
+          if constexpr (T::offset != 0) start = _mm256_load_si256(&a_offset[c]);
+          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(start, q_unsigned, as));
+#else
+          __m256i pairs = _mm256_maddubs_epi16(q_unsigned, as);
           if constexpr (T::offset != 0)
             pairs = _mm256_sub_epi16(pairs, _mm256_load_si256(&a_offset[c]));
           const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+#endif
           acc[c][r] = _mm256_fmadd_ps(lanes, _mm256_broadcast_ss(&scales[c][r]), acc[c][r]);
         }
       }
@@ -398,7 +417,11 @@ struct KQuantTile {
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
             const __m256i pairs = _mm256_maddubs_epi16(s.q[v], load32(a[c][b].qs + 32 * v));
+#if defined(__AVXVNNI__)
+            isum[c] = _mm256_dpwssd_avx_epi32(isum[c], pairs, s.sc[v]);
+#else
             isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pairs, s.sc[v]));
+#endif
           }
         }
 #pragma GCC unroll 8
@@ -446,7 +469,11 @@ constexpr GemmKernel kQ6_K = make_kernel<KQuantTile<Q6KTraits>, kTileRows, kTile
 
 }  // namespace
 
+#if defined(__AVXVNNI__)
+const GemmKernel* gemm_kernel_avxvnni(DType w) {
+#else
 const GemmKernel* gemm_kernel_avx2(DType w) {
+#endif
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     POLYSTACK_CPU_KQUANT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
@@ -461,6 +488,7 @@ const GemmKernel* gemm_kernel_avx2(DType w) {
 
 namespace ps::cpu {
 const GemmKernel* gemm_kernel_avx2(DType) { return nullptr; }
+const GemmKernel* gemm_kernel_avxvnni(DType) { return nullptr; }
 }  // namespace ps::cpu
 
 #endif

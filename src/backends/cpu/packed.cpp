@@ -178,6 +178,7 @@ const PackedKernel* packed_kernel(DType w, IsaLevel isa) {
   }
   // The AVX2 Q4_0 kernel serves AVX-512 CPUs too: decode is bound by the weight stream, which
   // it keeps up with.
+  if (level >= IsaLevel::AvxVnni && cpu_features().avx_vnni) return packed_kernel_avxvnni(w);
   if (level >= IsaLevel::Avx2) return packed_kernel_avx2(w);
   return nullptr;
 }

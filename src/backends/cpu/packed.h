@@ -185,6 +185,7 @@ struct PackedKernel {
 // when the type has no packed layout or the level no kernel for it.
 const PackedKernel* packed_kernel(DType w, IsaLevel isa);
 const PackedKernel* packed_kernel_avx2(DType w);
+const PackedKernel* packed_kernel_avxvnni(DType w);  // AVX2 with AVX-VNNI
 const PackedKernel* packed_kernel_avx512(DType w);
 const PackedKernel* packed_kernel_avx512_bf16(DType w);
 

@@ -15,6 +15,12 @@
 // steps only, each pair then scaled by one vpmaddwd; the stored offset of 32 comes off through
 // the activation sums per 16.
 //
+// AVX-VNNI (the avxvnni level): the same file compiled a second time with -mavxvnni, which
+// defines __AVXVNNI__ and names its entry point packed_kernel_avxvnni. vpdpbusd adds 4 products
+// of unsigned by signed bytes into each int32 lane, in place of vpmaddubsw, an int16 add and a
+// later vpmaddwd: sums need no int16 headroom, so every sub-block is summed whole and then
+// scaled by one vpmulld, and vpdpwssd takes the pairs of int16 (mins, offsets) with their add.
+//
 // This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
 // baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
 // out-of-line copy built with these flags can replace the baseline one at link.
@@ -32,6 +38,35 @@
 
 namespace ps::cpu {
 namespace {
+
+#if defined(__AVXVNNI__)
+// acc + the int32 lanes' sums of 4 products u * s (unsigned by signed bytes).
+inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
+// Sums from add_products times the lanes' scales, from scale_lanes.
+inline __m256i scale_sums(__m256i sums, __m256i scale) { return _mm256_mullo_epi32(sums, scale); }
+inline __m256i scale_lanes(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// acc + the int32 lanes' sums of 2 products of int16.
+inline __m256i add_pair_products(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+}
+constexpr bool kVnni = true;
+#else
+// acc + the int16 pairs' sums of 2 products u * s: callers bound the steps summed.
+inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+}
+// Int16 pair sums times the lanes' scales as (scale, scale) pairs, in int32 lanes.
+inline __m256i scale_sums(__m256i sums, __m256i scale) { return _mm256_madd_epi16(sums, scale); }
+inline __m256i scale_lanes(const uint8_t* p);
+inline __m256i add_pair_products(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
+constexpr bool kVnni = false;
+#endif
 
 void act_q8s(const float* x, void* dst, int64_t n) {
   BlockQ8S* y = static_cast<BlockQ8S*>(dst);
@@ -63,6 +98,16 @@ float tail_dot_q4_0(int64_t n, const void* wv, const void* av) {
 inline __attribute__((always_inline)) __m256 block_dots(const __m256i (&q)[8], const BlockQ8S& a) {
   int32_t x[8];
   std::memcpy(x, a.qs, sizeof(x));
+#if defined(__AVXVNNI__)
+  __m256i s0 = add_products(_mm256_setzero_si256(), q[0], _mm256_set1_epi32(x[0]));
+  __m256i s1 = add_products(_mm256_setzero_si256(), q[1], _mm256_set1_epi32(x[1]));
+#pragma GCC unroll 3
+  for (int v = 2; v < 8; v += 2) {
+    s0 = add_products(s0, q[v], _mm256_set1_epi32(x[v]));
+    s1 = add_products(s1, q[v + 1], _mm256_set1_epi32(x[v + 1]));
+  }
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+#else
   __m256i s0 = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(x[0]));
   __m256i s1 = _mm256_maddubs_epi16(q[1], _mm256_set1_epi32(x[1]));
   s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[2], _mm256_set1_epi32(x[2])));
@@ -72,6 +117,7 @@ inline __attribute__((always_inline)) __m256 block_dots(const __m256i (&q)[8], c
   s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[6], _mm256_set1_epi32(x[6])));
   s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[7], _mm256_set1_epi32(x[7])));
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi16(1)));
+#endif
 }
 
 // Vector v's low nibbles are elements 4v..4v+3 (matching activation dword v), its high nibbles
@@ -144,6 +190,9 @@ inline __m256i byte_pairs(const uint8_t* p) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
+#if !defined(__AVXVNNI__)
+inline __m256i scale_lanes(const uint8_t* p) { return byte_pairs(p); }
+#endif
 
 template <typename Block>
 inline __attribute__((always_inline)) void prefetch_next(const Block* block) {
@@ -167,8 +216,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
                 size_t y_stride) {
   constexpr bool five = std::is_same_v<Block, BlockQ5_Kx16>;
   // u steps whose int16 pair sums stay below 2^15: 2 x 15 x 127 each for Q4_K, 2 x 31 x 127
-  // for Q5_K (Q8_K's quants are within +-127).
-  constexpr int kSpan = five ? 4 : 8;
+  // for Q5_K (Q8_K's quants are within +-127); int32 sums (VNNI) take a sub-block whole.
+  constexpr int kSpan = five && !kVnni ? 4 : 8;
   const auto* w = static_cast<const Block*>(wv);
   const BlockQ8_K* a[C];
   for (int c = 0; c < C; ++c)
@@ -188,8 +237,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
       for (int p = 0; p < 4; ++p) {
-        const __m256i s_lo = byte_pairs(x.scales[2 * p] + r0);
-        const __m256i s_hi = byte_pairs(x.scales[2 * p + 1] + r0);
+        const __m256i s_lo = scale_lanes(x.scales[2 * p] + r0);
+        const __m256i s_hi = scale_lanes(x.scales[2 * p + 1] + r0);
         const __m256i bit_lo = _mm256_set1_epi8(char(1 << (2 * p)));
         const __m256i bit_hi = _mm256_set1_epi8(char(2 << (2 * p)));
 #pragma GCC unroll 2
@@ -217,16 +266,14 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) {
               const int8_t* qa = a[c][b].qs + 64 * p + 4 * u;
-              lo[c] = _mm256_add_epi16(lo[c],
-                                       _mm256_maddubs_epi16(ql, _mm256_set1_epi32(load_i32(qa))));
-              hi[c] = _mm256_add_epi16(
-                  hi[c], _mm256_maddubs_epi16(qh, _mm256_set1_epi32(load_i32(qa + 32))));
+              lo[c] = add_products(lo[c], ql, _mm256_set1_epi32(load_i32(qa)));
+              hi[c] = add_products(hi[c], qh, _mm256_set1_epi32(load_i32(qa + 32)));
             }
           }
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
-            isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(lo[c], s_lo),
-                                                                 _mm256_madd_epi16(hi[c], s_hi)));
+            isum[c] = _mm256_add_epi32(
+                isum[c], _mm256_add_epi32(scale_sums(lo[c], s_lo), scale_sums(hi[c], s_hi)));
         }
       }
       __m256i msum[C];
@@ -237,8 +284,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
         const __m256i mm = byte_pairs(x.mins[s] + r0);
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c)
-          msum[c] = _mm256_add_epi32(
-              msum[c], _mm256_madd_epi16(mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s))));
+          msum[c] =
+              add_pair_products(msum[c], mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
       const __m256 dmin =
@@ -291,24 +338,31 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
           const int t = 4 * h + kk;
           const __m256i pair = _mm256_cvtepi8_epi16(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
-          s_first[kk] = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-          s_second[kk] = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          if constexpr (kVnni) {  // int32 lanes
+            s_first[kk] = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+            s_second[kk] = _mm256_srai_epi32(pair, 16);
+          } else {  // (s, s) pairs
+            s_first[kk] = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+            s_second[kk] = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          }
           // -32 x the scale pair (at most 4096 in magnitude) against the per-16 sums.
           const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
-            isum[c] = _mm256_add_epi32(
-                isum[c],
-                _mm256_madd_epi16(offset, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t))));
+            isum[c] = add_pair_products(isum[c], offset,
+                                        _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
         }
+        // u steps summed before scaling: int16 pairs hold two (2 x 2 x 63 x 127 < 2^15),
+        // int32 lanes the four of one scale.
+        constexpr int kSpan = kVnni ? 4 : 2;
 #pragma GCC unroll 4
-        for (int u0 = 0; u0 < 8; u0 += 2) {
+        for (int u0 = 0; u0 < 8; u0 += kSpan) {
           __m256i s16[4][C];
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
             s16[0][c] = s16[1][c] = s16[2][c] = s16[3][c] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-          for (int u = u0; u < u0 + 2; ++u) {
+#pragma GCC unroll 4
+          for (int u = u0; u < u0 + kSpan; ++u) {
             const __m256i ql0 =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][0][u][r0]));
             const __m256i ql1 =
@@ -329,8 +383,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
 #pragma GCC unroll 8
               for (int c = 0; c < C; ++c) {
                 const int8_t* qa = a[c][b].qs + 128 * h + 32 * kk + 4 * u;
-                s16[kk][c] = _mm256_add_epi16(
-                    s16[kk][c], _mm256_maddubs_epi16(q[kk], _mm256_set1_epi32(load_i32(qa))));
+                s16[kk][c] = add_products(s16[kk][c], q[kk], _mm256_set1_epi32(load_i32(qa)));
               }
             }
           }
@@ -339,7 +392,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
             const __m256i scale = u0 < 4 ? s_first[kk] : s_second[kk];
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[kk][c], scale));
+              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[kk][c], scale));
           }
         }
       }
@@ -388,7 +441,11 @@ constexpr PackedKernel kQ5_K{
 
 }  // namespace
 
+#if defined(__AVXVNNI__)
+const PackedKernel* packed_kernel_avxvnni(DType w) {
+#else
 const PackedKernel* packed_kernel_avx2(DType w) {
+#endif
   switch (w) {
     case DType::Q4_0:
       return &kQ4_0;
@@ -409,6 +466,7 @@ const PackedKernel* packed_kernel_avx2(DType w) {
 
 namespace ps::cpu {
 const PackedKernel* packed_kernel_avx2(DType) { return nullptr; }
+const PackedKernel* packed_kernel_avxvnni(DType) { return nullptr; }
 }  // namespace ps::cpu
 
 #endif

@@ -195,6 +195,9 @@ const DotKernel& dot_kernel(DType w, IsaLevel isa) {
   if (level >= IsaLevel::Avx512) {
     if (const DotKernel* k = dot_kernel_avx512(w)) return *k;
   }
+  if (level >= IsaLevel::AvxVnni && cpu_features().avx_vnni) {
+    if (const DotKernel* k = dot_kernel_avxvnni(w)) return *k;
+  }
   if (level >= IsaLevel::Avx2) {
     if (const DotKernel* k = dot_kernel_avx2(w)) return *k;
   }

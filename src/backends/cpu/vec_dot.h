@@ -54,6 +54,7 @@ const DotKernel& dot_kernel(DType w, IsaLevel isa);
 // level the CPU supports.
 const DotKernel* dot_kernel_scalar(DType w);
 const DotKernel* dot_kernel_avx2(DType w);
+const DotKernel* dot_kernel_avxvnni(DType w);  // AVX2 with AVX-VNNI
 const DotKernel* dot_kernel_avx512(DType w);
 const DotKernel* dot_kernel_kquants(DType w);       // scalar; part of the scalar level
 const DotKernel* dot_kernel_kquants_avx2(DType w);  // Q2_K .. Q6_K; part of the AVX2 level

@@ -4,6 +4,9 @@
 // end of the row. Four blocks per step feed four accumulators, hiding the FMA latency. (Building
 // the four scales in one vector measured slower here than converting each with vcvtph2ps.)
 //
+// At the avxvnni level this file is compiled again with -mavxvnni (__AVXVNNI__, entry point
+// dot_kernel_avxvnni): vpdpbusd sums each lane's 4 products into int32 in one instruction.
+//
 // This file is compiled with -mavx2 -mfma -mf16c: it calls no inline function of a header that
 // baseline files include (simd_avx2.h is for AVX2 files only and has internal linkage), so no
 // out-of-line copy built with these flags can replace the baseline one at link.
@@ -80,23 +83,36 @@ void axpy_float(int64_t n, float av, const void* xv, float* y) {
 
 // ---- quantized weights ------------------------------------------------------------------
 
+#if defined(__AVXVNNI__)
+// The int32 lanes' sums of 4 products of unsigned by signed bytes.
+__m256i quad_sums(__m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+__m256 products(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(quad_sums(u, s)); }
+__m256 dot_u8_i8_offset(__m256i w, __m256i a, __m256i offset) {
+  return _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(
+      _mm256_sub_epi32(_mm256_setzero_si256(), quad_sums(offset, a)), w, a));
+}
+#else
 // Sums of adjacent int16 pairs, as 8 floats.
 __m256 pair_sums(__m256i x) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(x, _mm256_set1_epi16(1)));
 }
 
 // Unsigned weights 0..31 times signed activations; no pair can saturate int16 (2*31*127).
-__m256 dot_u8_i8(__m256i w, __m256i a) { return pair_sums(_mm256_maddubs_epi16(w, a)); }
+__m256 products(__m256i u, __m256i s) { return pair_sums(_mm256_maddubs_epi16(u, s)); }
 
 // (w - offset) . a as q . a - offset . a, cheaper than re-signing the weights.
 __m256 dot_u8_i8_offset(__m256i w, __m256i a, __m256i offset) {
   return pair_sums(_mm256_sub_epi16(_mm256_maddubs_epi16(w, a), _mm256_maddubs_epi16(offset, a)));
 }
+#endif
+__m256 dot_u8_i8(__m256i w, __m256i a) { return products(w, a); }
 
 // vpmaddubsw multiplies unsigned by signed bytes: move w's sign onto a. |w| = 128 for w = -128
 // reads as unsigned 128, still exact, and activations never exceed 127 in magnitude.
 __m256 dot_i8_i8(__m256i w, __m256i a) {
-  return pair_sums(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)));
+  return products(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
 // Four products of fp16 pairs x[k] * y[k] (the m * s terms), converted in one vector.
@@ -190,7 +206,11 @@ constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1, dot_quant<BlockQ5_1, BlockQ8_1,
 
 }  // namespace
 
+#if defined(__AVXVNNI__)
+const DotKernel* dot_kernel_avxvnni(DType w) {
+#else
 const DotKernel* dot_kernel_avx2(DType w) {
+#endif
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
@@ -204,6 +224,7 @@ const DotKernel* dot_kernel_avx2(DType w) {
 
 namespace ps::cpu {
 const DotKernel* dot_kernel_avx2(DType) { return nullptr; }
+const DotKernel* dot_kernel_avxvnni(DType) { return nullptr; }
 }  // namespace ps::cpu
 
 #endif
