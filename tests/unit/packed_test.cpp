@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Packed, PackedLevels,
 // Each level gets its own kernels: the AVX-VNNI ones only where the CPU has AVX-VNNI, and the
 // plain AVX2 ones at the avx2 level even there.
 TEST(PackedDispatch, EachLevelGetsItsOwnKernels) {
-  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     EXPECT_EQ(cpu::packed_kernel(t, IsaLevel::Scalar), nullptr);
     if (!isa_level_runs(IsaLevel::Avx2)) continue;
@@ -654,6 +654,13 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t k, std::mt19937& rn
   const size_t row = row_bytes(t, k);
   std::vector<uint8_t> w(row * size_t(n));
   for (int64_t r = 0; r < n; ++r) quantize_row(t, f.data() + r * k, w.data() + row * size_t(r), k);
+  // The quantizer keeps Q8_0 within +-127; files may hold -128, whose magnitude a signed byte
+  // cannot hold: plant it, and 127, in some blocks.
+  if (t == DType::Q8_0) {
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(w.data());
+    for (size_t b = 0; b < w.size() / sizeof(BlockQ8_0); b += 3)
+      for (int i = int(b % 5); i < QK8_0; i += 4) blocks[b].qs[i] = i % 8 < 4 ? -128 : 127;
+  }
   return w;
 }
 
@@ -732,25 +739,35 @@ Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vec
   return ref;
 }
 
-class PackedSmall : public ::testing::TestWithParam<DType> {
+class PackedSmall : public ::testing::TestWithParam<KCase> {
  protected:
   void SetUp() override {
-    if (best_isa_level() < IsaLevel::Avx512)
-      GTEST_SKIP() << "this CPU does not run the avx512 kernels (best level: "
-                   << isa_level_name(best_isa_level()) << ")";
-    kernel_ = cpu::packed_kernel(GetParam(), IsaLevel::Avx512);
+    if (!isa_level_runs(GetParam().level)) {
+      GTEST_SKIP() << "this CPU does not run the " << isa_level_name(GetParam().level)
+                   << " kernels (best level: " << isa_level_name(best_isa_level()) << ")";
+    }
+    kernel_ = cpu::packed_kernel(GetParam().type, GetParam().level);
     ASSERT_NE(kernel_, nullptr);
     ASSERT_EQ(kernel_->gemm.rows, cpu::kPackRowsK);
+    std::printf("[ level    ] %s packed %s kernels\n",
+                std::string(isa_level_name(GetParam().level)).c_str(),
+                std::string(dtype_name(GetParam().type)).c_str());
   }
   const cpu::PackedKernel* kernel_ = nullptr;
 };
 
-INSTANTIATE_TEST_SUITE_P(Packed, PackedSmall, ::testing::Values(DType::Q5_0, DType::Q8_0),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+// Q8_0 at the AVX2 levels: the Q8_0x16 groups read as two halves of 8 rows.
+INSTANTIATE_TEST_SUITE_P(
+    Packed, PackedSmall,
+    ::testing::Values(KCase{DType::Q5_0, IsaLevel::Avx512}, KCase{DType::Q8_0, IsaLevel::Avx512},
+                      KCase{DType::Q8_0, IsaLevel::Avx2}, KCase{DType::Q8_0, IsaLevel::AvxVnni}),
+    [](const auto& info) {
+      return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
+    });
 
 TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
-  const DType t = GetParam();
-  std::mt19937 rng(51 + unsigned(t));
+  const DType t = GetParam().type;
+  std::mt19937 rng(51 + unsigned(t) + 7 * unsigned(GetParam().level));
   for (int64_t k : {32, 32 * 7, 2048 + 32}) {
     for (int64_t n : {16, 37, 131}) {
       std::vector<uint8_t> w = random_rows(t, n, k, rng);
@@ -763,7 +780,7 @@ TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
                        std::to_string(threads));
           cpu::PackedWeights cache;
           const std::vector<float> got =
-              packed_matmul(w, x, k, n, m, IsaLevel::Avx512, threads, cache, t);
+              packed_matmul(w, x, k, n, m, GetParam().level, threads, cache, t);
           EXPECT_EQ(cache.bytes(), w.size());
           int failures = 0;
           for (size_t i = 0; i < got.size() && failures < 5; ++i) {
@@ -781,7 +798,7 @@ TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
 }
 
 TEST_P(PackedSmall, TilesReadNothingPastTheirGroupAndColumns) {
-  const DType t = GetParam();
+  const DType t = GetParam().type;
   std::mt19937 rng(53);
   ThreadPool pool(1);
   const cpu::GemmKernel& g = kernel_->gemm;
@@ -807,7 +824,7 @@ TEST_P(PackedSmall, TilesReadNothingPastTheirGroupAndColumns) {
 }
 
 TEST_P(PackedSmall, TailDotMatchesTheRowDot) {
-  const DType t = GetParam();
+  const DType t = GetParam().type;
   std::mt19937 rng(57);
   for (int64_t k : {32, 32 * 5, 2048 + 96}) {
     std::vector<uint8_t> w = random_rows(t, 1, k, rng);

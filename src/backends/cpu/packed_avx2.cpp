@@ -11,6 +11,10 @@
 // int16 pairs; a sub-block's 8 of them (4 for Q5_K, whose levels reach 31) sum without overflow,
 // and one vpmaddwd by the rows' scales, each as an int16 pair (s, s), is the scaled dot in int32.
 // The mins meet Q8_K's sums per 16 as in the AVX-512 tiles (vpmaddwd by (min, min)).
+// Q8_0x16 the same way: a 32-byte half holds 4 signed levels of 8 rows. vpmaddubsw takes their
+// magnitudes against the activations given the levels' signs, and each step's int16 pairs
+// (up to 2 x 128 x 127) go to int32 at once; with AVX-VNNI the levels are made unsigned (an xor
+// with 0x80 adds 128) and the sums start from -128 x the activations' sum.
 // Q6_Kx16 the same way: its unsigned 6-bit levels reach 63, so int16 pairs are summed over two
 // steps only, each pair then scaled by one vpmaddwd; the stored offset of 32 comes off through
 // the activation sums per 16.
@@ -208,6 +212,98 @@ void act_q8_k(const float* x, void* dst, int64_t n) {
 template <DType T>
 float tail_dot_k(int64_t n, const void* w, const void* a) {
   return dot_kernel_kquants_avx2(T)->dot(n, w, a);
+}
+
+// ---- Q8_0x16, as two halves of 8 rows ------------------------------------------------------
+
+// Q8_0 activations with -128 x sum(qs), where the AVX-VNNI dots of the levels made unsigned
+// (w + 128, an xor with 0x80) start; the plain AVX2 dots move the weights' signs onto the
+// activations instead and leave it unused.
+void act_q8o(const float* x, void* dst, int64_t n) {
+  BlockQ8O* y = static_cast<BlockQ8O*>(dst);
+  for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+    const Q8Block q = quantize_q8_block(x, y[b].qs);
+    y[b].d = half_to_float(_cvtss_sh(q.d, _MM_FROUND_TO_NEAREST_INT));
+    y[b].offset = -128 * q.sum;
+  }
+}
+
+// The int32 lanes' sums of 4 products of signed bytes w * a, added to acc (a the activations'
+// 4 bytes broadcast; offset their -128 x sum, for this lane's share of the block).
+inline __m256i add_signed_products(__m256i acc, __m256i w, __m256i a) {
+#if defined(__AVXVNNI__)
+  return add_products(acc, _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80))), a);
+#else
+  // |w| against a with w's sign: |-128| reads as unsigned 128, exact; a pair stays within
+  // 2 x 128 x 127 < 2^15.
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+// Where the sums of a block start: -128 x sum(a) with AVX-VNNI (in one lane for a row dot,
+// every lane for a tile), zero otherwise.
+inline __m256i signed_start(const BlockQ8O& a, bool every_lane) {
+  if constexpr (kVnni)
+    return every_lane ? _mm256_set1_epi32(a.offset)
+                      : _mm256_setr_epi32(a.offset, 0, 0, 0, 0, 0, 0, 0);
+  return _mm256_setzero_si256();
+}
+
+// A GGUF-layout Q8_0 row against BlockQ8O activations (the rows after the last whole group).
+float tail_dot_q8_0(int64_t n, const void* wv, const void* av) {
+  const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
+  const BlockQ8O* a = static_cast<const BlockQ8O*>(av);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / QK8_0; ++b) {
+    const __m256i dot =
+        add_signed_products(signed_start(a[b], false), load_bytes(w[b].qs), load_bytes(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(w[b].d) * a[b].d), _mm256_cvtepi32_ps(dot),
+                          acc);
+  }
+  return hsum(acc);
+}
+
+// 16 rows x C columns of Q8_0x16: per half of 8 rows, block and column, eight dots of 4 bytes
+// into int32 lanes, one conversion and one FMA with d_w d_a.
+template <int C>
+void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                  size_t y_stride) {
+  const auto* w = static_cast<const BlockQ8_0x16*>(wv);
+  const BlockQ8O* a[C];
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const BlockQ8O*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  __m256 acc[2][C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  const int64_t nb = k / QK8_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_0x16& x = w[b];
+    prefetch_next(w + b);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int r0 = 8 * h;
+      __m256i sum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) sum[c] = signed_start(a[c][b], true);
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[v][r0]));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          sum[c] = add_signed_products(sum[c], q, _mm256_set1_epi32(load_i32(a[c][b].qs + 4 * v)));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]),
+                                    _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
+    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
+  }
 }
 
 // 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
@@ -417,6 +513,13 @@ constexpr GemmKernel make_q4_0x8(std::integer_sequence<int, I...>) {
   return GemmKernel{kPackRows, kTileCols, {q4_0x8_tile<I + 1>...}};
 }
 
+template <int... I>
+constexpr GemmKernel make_q8_0x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {q8_0x16_tile<I + 1>...}};
+}
+
+constexpr PackedKernel kQ8_0{QK8_0, sizeof(BlockQ8O), act_q8o, tail_dot_q8_0,
+                             make_q8_0x16(std::make_integer_sequence<int, kTileCols>{})};
 constexpr PackedKernel kQ4_0{QK8_0, sizeof(BlockQ8S), act_q8s, tail_dot_q4_0,
                              make_q4_0x8(std::make_integer_sequence<int, kTileCols>{})};
 
@@ -449,6 +552,8 @@ const PackedKernel* packed_kernel_avx2(DType w) {
   switch (w) {
     case DType::Q4_0:
       return &kQ4_0;
+    case DType::Q8_0:
+      return &kQ8_0;
     case DType::Q4_K:
       return &kQ4_K;
     case DType::Q5_K:
