@@ -214,6 +214,23 @@ float tail_dot_k(int64_t n, const void* w, const void* a) {
   return dot_kernel_kquants_avx2(T)->dot(n, w, a);
 }
 
+// The C activation columns a tile reads, a_stride bytes apart.
+template <typename ABlock, int C>
+inline void column_blocks(const void* av, size_t a_stride, const ABlock* (&a)[C]) {
+  for (int c = 0; c < C; ++c)
+    a[c] = reinterpret_cast<const ABlock*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+}
+
+// A 16-row tile's outputs: y[c * y_stride + j] for row j, the halves' 8 rows each.
+template <int C>
+inline void store_halves(const __m256 (&acc)[2][C], float* y, size_t y_stride) {
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
+    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
+  }
+}
+
 // ---- Q8_0x16, as two halves of 8 rows ------------------------------------------------------
 
 // Q8_0 activations with -128 x sum(qs), where the AVX-VNNI dots of the levels made unsigned
@@ -270,8 +287,7 @@ void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
                   size_t y_stride) {
   const auto* w = static_cast<const BlockQ8_0x16*>(wv);
   const BlockQ8O* a[C];
-  for (int c = 0; c < C; ++c)
-    a[c] = reinterpret_cast<const BlockQ8O*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  column_blocks(av, a_stride, a);
   __m256 acc[2][C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
@@ -299,11 +315,7 @@ void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
                                     _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[h][c]);
     }
   }
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
-    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
-  }
+  store_halves(acc, y, y_stride);
 }
 
 // 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
@@ -316,8 +328,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   constexpr int kSpan = five && !kVnni ? 4 : 8;
   const auto* w = static_cast<const Block*>(wv);
   const BlockQ8_K* a[C];
-  for (int c = 0; c < C; ++c)
-    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  column_blocks(av, a_stride, a);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256 acc[2][C];
 #pragma GCC unroll 8
@@ -395,11 +406,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
       }
     }
   }
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
-    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
-  }
+  store_halves(acc, y, y_stride);
 }
 
 // 16 rows x C columns of Q6_Kx16, as two halves of 8 rows.
@@ -408,8 +415,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
                   size_t y_stride) {
   const auto* w = static_cast<const BlockQ6_Kx16*>(wv);
   const BlockQ8_K* a[C];
-  for (int c = 0; c < C; ++c)
-    a[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(av) + size_t(c) * a_stride);
+  column_blocks(av, a_stride, a);
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   __m256 acc[2][C];
 #pragma GCC unroll 8
@@ -499,11 +505,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
                                        _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[half][c]);
     }
   }
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    _mm256_storeu_ps(y + size_t(c) * y_stride, acc[0][c]);
-    _mm256_storeu_ps(y + size_t(c) * y_stride + 8, acc[1][c]);
-  }
+  store_halves(acc, y, y_stride);
 }
 
 constexpr int kTileCols = 4;
