@@ -43,6 +43,13 @@
 namespace ps::cpu {
 namespace {
 
+// Eight bytes widened to the int32 lanes of one vector, each also copied into the lane's high
+// int16: (v, v) pairs for vpmaddwd.
+inline __m256i byte_pairs(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
 #if defined(__AVXVNNI__)
 // acc + the int32 lanes' sums of 4 products u * s (unsigned by signed bytes).
 inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
@@ -65,7 +72,7 @@ inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
 }
 // Int16 pair sums times the lanes' scales as (scale, scale) pairs, in int32 lanes.
 inline __m256i scale_sums(__m256i sums, __m256i scale) { return _mm256_madd_epi16(sums, scale); }
-inline __m256i scale_lanes(const uint8_t* p);
+inline __m256i scale_lanes(const uint8_t* p) { return byte_pairs(p); }
 inline __m256i add_pair_products(__m256i acc, __m256i a, __m256i b) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
@@ -187,16 +194,6 @@ int32_t load_i32(const void* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-
-// Eight bytes widened to the int32 lanes of one vector, each also copied into the lane's high
-// int16: (v, v) pairs for vpmaddwd.
-inline __m256i byte_pairs(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
-}
-#if !defined(__AVXVNNI__)
-inline __m256i scale_lanes(const uint8_t* p) { return byte_pairs(p); }
-#endif
 
 template <typename Block>
 inline __attribute__((always_inline)) void prefetch_next(const Block* block) {
