@@ -141,7 +141,8 @@ INSTANTIATE_TEST_SUITE_P(Packed, PackedLevels,
 // Each level gets its own kernels: the AVX-VNNI ones only where the CPU has AVX-VNNI, and the
 // plain AVX2 ones at the avx2 level even there.
 TEST(PackedDispatch, EachLevelGetsItsOwnKernels) {
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     EXPECT_EQ(cpu::packed_kernel(t, IsaLevel::Scalar), nullptr);
     if (!isa_level_runs(IsaLevel::Avx2)) continue;
@@ -500,8 +501,10 @@ INSTANTIATE_TEST_SUITE_P(
     Packed, PackedKQuants,
     ::testing::Values(KCase{DType::Q2_K, IsaLevel::Avx512}, KCase{DType::Q3_K, IsaLevel::Avx512},
                       KCase{DType::Q4_K, IsaLevel::Avx512}, KCase{DType::Q5_K, IsaLevel::Avx512},
-                      KCase{DType::Q6_K, IsaLevel::Avx512}, KCase{DType::Q4_K, IsaLevel::Avx2},
+                      KCase{DType::Q6_K, IsaLevel::Avx512}, KCase{DType::Q2_K, IsaLevel::Avx2},
+                      KCase{DType::Q3_K, IsaLevel::Avx2}, KCase{DType::Q4_K, IsaLevel::Avx2},
                       KCase{DType::Q5_K, IsaLevel::Avx2}, KCase{DType::Q6_K, IsaLevel::Avx2},
+                      KCase{DType::Q2_K, IsaLevel::AvxVnni}, KCase{DType::Q3_K, IsaLevel::AvxVnni},
                       KCase{DType::Q4_K, IsaLevel::AvxVnni}, KCase{DType::Q5_K, IsaLevel::AvxVnni},
                       KCase{DType::Q6_K, IsaLevel::AvxVnni}),
     [](const auto& info) {

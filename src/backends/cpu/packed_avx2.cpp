@@ -17,7 +17,8 @@
 // with 0x80 adds 128) and the sums start from -128 x the activations' sum.
 // Q6_Kx16 the same way: its unsigned 6-bit levels reach 63, so int16 pairs are summed over two
 // steps only, each pair then scaled by one vpmaddwd; the stored offset of 32 comes off through
-// the activation sums per 16.
+// the activation sums per 16. Q2_Kx16 and Q3_Kx16 likewise, with 2-bit levels (Q3_K's high bit
+// adds 4) whose int16 pairs sum over a whole sub-block of 16.
 //
 // AVX-VNNI (the avxvnni level): the same file compiled a second time with -mavxvnni, which
 // defines __AVXVNNI__ and names its entry point packed_kernel_avxvnni. vpdpbusd adds 4 products
@@ -505,6 +506,115 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   store_halves(acc, y, y_stride);
 }
 
+// 16 rows x C columns of Q2_Kx16 or Q3_Kx16, as two halves of 8 rows: sub-blocks of 16 like
+// Q6_K, 2-bit levels (Q3_K's high bit adds 4, its stored offset of 4 comes off through the
+// activation sums per 16, Q2_K's mins the same way as Q4_K's). Levels reach 7, so the int16
+// pairs of a sub-block's four u steps stay within 4 x 2 x 7 x 127 < 2^15.
+template <typename Block, int C>
+void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
+                size_t y_stride) {
+  constexpr bool q3 = std::is_same_v<Block, BlockQ3_Kx16>;
+  const auto* w = static_cast<const Block*>(wv);
+  const BlockQ8_K* a[C];
+  column_blocks(av, a_stride, a);
+  const __m256i low2 = _mm256_set1_epi8(3), low4w = _mm256_set1_epi32(0x0f);
+  __m256 acc[2][C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  const int64_t nb = k / QK_K;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& x = w[b];
+    prefetch_next(w + b);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const int r0 = 8 * half;
+      __m256i isum[C], msum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = msum[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          // Sub-blocks 8h + 2kk (u < 4) and + 1 (u >= 4): scale pair t = 4h + kk, each lane
+          // the int16 pair (first, second) of one row.
+          const int t = 4 * h + kk;
+          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]));
+          __m256i s_first, s_second, pair_term;
+          if constexpr (q3) {
+            const __m256i pair = _mm256_cvtepi8_epi16(bytes);
+            if constexpr (kVnni) {  // int32 lanes
+              s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+              s_second = _mm256_srai_epi32(pair, 16);
+            } else {  // (s, s) pairs
+              s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+              s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+            }
+            pair_term = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-4));  // the offset of 4
+          } else {
+            const __m256i pair = _mm256_cvtepu8_epi16(bytes);
+            s_first = _mm256_and_si256(pair, low4w);
+            s_second = _mm256_and_si256(_mm256_srli_epi32(pair, 16), low4w);
+            if constexpr (!kVnni) {
+              s_first = _mm256_or_si256(s_first, _mm256_slli_epi32(s_first, 16));
+              s_second = _mm256_or_si256(s_second, _mm256_slli_epi32(s_second, 16));
+            }
+            pair_term = _mm256_srli_epi16(pair, 4);  // the mins
+          }
+          const __m256i high_bit = _mm256_set1_epi8(char(1 << t));
+          __m256i first[C], second[C];
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) first[c] = second[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int u = 0; u < 8; ++u) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
+            __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
+            if constexpr (q3) {
+              const __m256i hm =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
+              q = _mm256_add_epi8(
+                  q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, high_bit), high_bit),
+                                      _mm256_set1_epi8(4)));
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              const __m256i qa =
+                  _mm256_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u));
+              if (u < 4)
+                first[c] = add_products(first[c], q, qa);
+              else
+                second[c] = add_products(second[c], q, qa);
+            }
+          }
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(scale_sums(first[c], s_first),
+                                                                 scale_sums(second[c], s_second)));
+            const __m256i sums = _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t));
+            if constexpr (q3)
+              isum[c] = add_pair_products(isum[c], pair_term, sums);
+            else
+              msum[c] = add_pair_products(msum[c], pair_term, sums);
+          }
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 da = _mm256_set1_ps(a[c][b].d);
+        acc[half][c] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[half][c]);
+        if constexpr (!q3) {
+          const __m256 dmin =
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+          acc[half][c] =
+              _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[half][c]);
+        }
+      }
+    }
+  }
+  store_halves(acc, y, y_stride);
+}
+
 constexpr int kTileCols = 4;
 
 template <int... I>
@@ -537,6 +647,17 @@ constexpr GemmKernel make_q6_kx16(std::integer_sequence<int, I...>) {
 
 constexpr PackedKernel kQ6_K{QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q6_K>,
                              make_q6_kx16(std::make_integer_sequence<int, kTileCols>{})};
+template <typename Block, int... I>
+constexpr GemmKernel make_k2x16(std::integer_sequence<int, I...>) {
+  return GemmKernel{kPackRowsK, kTileCols, {k2x16_tile<Block, I + 1>...}};
+}
+
+constexpr PackedKernel kQ2_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q2_K>,
+    make_k2x16<BlockQ2_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
+constexpr PackedKernel kQ3_K{
+    QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q3_K>,
+    make_k2x16<BlockQ3_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
 constexpr PackedKernel kQ5_K{
     QK_K, sizeof(BlockQ8_K), act_q8_k, tail_dot_k<DType::Q5_K>,
     make_k4x16<BlockQ5_Kx16>(std::make_integer_sequence<int, kTileCols>{})};
@@ -553,6 +674,10 @@ const PackedKernel* packed_kernel_avx2(DType w) {
       return &kQ4_0;
     case DType::Q8_0:
       return &kQ8_0;
+    case DType::Q2_K:
+      return &kQ2_K;
+    case DType::Q3_K:
+      return &kQ3_K;
     case DType::Q4_K:
       return &kQ4_K;
     case DType::Q5_K:
