@@ -218,47 +218,61 @@ TEST_P(CpuOps, SoftmaxWithAndWithoutCausalMask) {
   }
 }
 
+// Shapes: a group of 3 query heads per cache head (2 cache heads); one cache head for 8 query
+// heads with a head size off the vector steps and more tokens than one block of queries; plain
+// multi-head attention over many tokens; a group of 4 with a long prefix. Windows: none, one
+// shorter than the cached prefix, ones that cut into the batch.
 TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
   Runner r(GetParam());
-  const int64_t hd = 16, n_head = 6, n_kv = 2, n_ctx = 23, T = 4;
-  const int32_t n_past = 9;
-  auto q = random_floats(size_t(hd * n_head * T), 13);
-  auto kf = random_floats(size_t(hd * n_kv * n_ctx), 14);
-  auto vf = random_floats(size_t(hd * n_kv * n_ctx), 15);
-  std::vector<uint16_t> k(kf.size()), v(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
-  // No window, one shorter than the cached prefix, and one that cuts into the batch.
-  for (int32_t window : {0, 3, 11}) {
-    Graph g;
-    Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
-    Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
-    Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
-    const float scale = 0.3f;
-    auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale, window));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
-        const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
-        std::vector<double> s(static_cast<size_t>(end), 0.0);
-        double mx = -1e30;
-        for (int64_t j = first; j < end; ++j) {
-          double d = 0;
-          for (int64_t i = 0; i < hd; ++i)
-            d += double(q[size_t((t * n_head + h) * hd + i)]) *
-                 fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
-          s[size_t(j)] = d * scale;
-          mx = std::max(mx, s[size_t(j)]);
+  struct Shape {
+    int64_t hd, n_head, n_kv, T;
+    int32_t n_past;
+  };
+  for (const Shape& sh : {Shape{16, 6, 2, 4, 9}, Shape{40, 8, 1, 13, 41}, Shape{24, 3, 3, 37, 5},
+                          Shape{72, 8, 2, 21, 70}}) {
+    const int64_t hd = sh.hd, n_head = sh.n_head, n_kv = sh.n_kv, T = sh.T;
+    const int32_t n_past = sh.n_past;
+    const int64_t n_ctx = n_past + T + 2;
+    auto q = random_floats(size_t(hd * n_head * T), 13);
+    auto kf = random_floats(size_t(hd * n_kv * n_ctx), 14);
+    auto vf = random_floats(size_t(hd * n_kv * n_ctx), 15);
+    std::vector<uint16_t> k(kf.size()), v(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+    for (int32_t window : {0, 3, 11, 29}) {
+      SCOPED_TRACE("head size " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
+                   std::to_string(n_kv) + ", tokens " + std::to_string(T) + ", window " +
+                   std::to_string(window));
+      Graph g;
+      Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+      Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
+      Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
+      const float scale = 0.3f;
+      auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale, window));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < n_head; ++h) {
+          const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
+          const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+          std::vector<double> s(static_cast<size_t>(end), 0.0);
+          double mx = -1e30;
+          for (int64_t j = first; j < end; ++j) {
+            double d = 0;
+            for (int64_t i = 0; i < hd; ++i)
+              d += double(q[size_t((t * n_head + h) * hd + i)]) *
+                   fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
+            s[size_t(j)] = d * scale;
+            mx = std::max(mx, s[size_t(j)]);
+          }
+          double sum = 0;
+          for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
+          for (int64_t i = 0; i < hd; ++i) {
+            double ref = 0;
+            for (int64_t j = first; j < end; ++j)
+              ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
+            ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
+                << "token " << t << " head " << h << " element " << i;
+          }
         }
-        double sum = 0;
-        for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
-        for (int64_t i = 0; i < hd; ++i) {
-          double ref = 0;
-          for (int64_t j = first; j < end; ++j)
-            ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
-          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
-              << "window " << window << " token " << t << " head " << h;
-        }
-      }
+    }
   }
 }
 
@@ -266,31 +280,41 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
 // over the ring equals attention over a cache that holds every position.
 TEST_P(CpuOps, AttentionOverARingCacheMatchesTheFullCache) {
   Runner r(GetParam());
-  const int64_t hd = 16, n_head = 4, n_kv = 2, T = 4;
-  const int32_t n_past = 17, window = 5;
-  const int64_t n_full = n_past + T, slots = window + T - 1;
-  auto q = random_floats(size_t(hd * n_head * T), 21);
-  auto kf = random_floats(size_t(hd * n_kv * n_full), 22);
-  auto vf = random_floats(size_t(hd * n_kv * n_full), 23);
-  std::vector<uint16_t> k(kf.size()), v(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
-  const size_t row = size_t(hd * n_kv);
-  std::vector<uint16_t> kr(row * size_t(slots)), vr(row * size_t(slots));
-  for (int64_t j = n_full - slots; j < n_full; ++j)
-    for (size_t e = 0; e < row; ++e) {
-      kr[size_t(j % slots) * row + e] = k[size_t(j) * row + e];
-      vr[size_t(j % slots) * row + e] = v[size_t(j) * row + e];
-    }
-  auto run = [&](std::vector<uint16_t>& kc, std::vector<uint16_t>& vc, int64_t n) {
-    Graph g;
-    Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
-    Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n, 1}, kc.data());
-    Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n, 1}, vc.data());
-    return r.run(g, g.attention(qt, kt, vt, n_past, 0.3f, window));
+  // Ring sizes (window + T - 1) that are and are not multiples of the score tiles' row count,
+  // so that the wrap falls between and inside a tile's rows.
+  struct Case {
+    int64_t hd, T;
+    int32_t window;
   };
-  const std::vector<float> full = run(k, v, n_full), ring = run(kr, vr, slots);
-  ASSERT_EQ(full.size(), ring.size());
-  for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], ring[i]) << "at " << i;
+  for (const Case& c : {Case{16, 4, 5}, Case{16, 4, 6}, Case{24, 9, 7}, Case{40, 20, 13}}) {
+    SCOPED_TRACE("head size " + std::to_string(c.hd) + ", tokens " + std::to_string(c.T) +
+                 ", window " + std::to_string(c.window));
+    const int64_t hd = c.hd, n_head = 4, n_kv = 2, T = c.T;
+    const int32_t n_past = 17, window = c.window;
+    const int64_t n_full = n_past + T, slots = window + T - 1;
+    auto q = random_floats(size_t(hd * n_head * T), 21);
+    auto kf = random_floats(size_t(hd * n_kv * n_full), 22);
+    auto vf = random_floats(size_t(hd * n_kv * n_full), 23);
+    std::vector<uint16_t> k(kf.size()), v(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+    const size_t row = size_t(hd * n_kv);
+    std::vector<uint16_t> kr(row * size_t(slots)), vr(row * size_t(slots));
+    for (int64_t j = n_full - slots; j < n_full; ++j)
+      for (size_t e = 0; e < row; ++e) {
+        kr[size_t(j % slots) * row + e] = k[size_t(j) * row + e];
+        vr[size_t(j % slots) * row + e] = v[size_t(j) * row + e];
+      }
+    auto run = [&](std::vector<uint16_t>& kc, std::vector<uint16_t>& vc, int64_t n) {
+      Graph g;
+      Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+      Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n, 1}, kc.data());
+      Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n, 1}, vc.data());
+      return r.run(g, g.attention(qt, kt, vt, n_past, 0.3f, window));
+    };
+    const std::vector<float> full = run(k, v, n_full), ring = run(kr, vr, slots);
+    ASSERT_EQ(full.size(), ring.size());
+    for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], ring[i]) << "at " << i;
+  }
 }
 
 // Tokens of several sequences in one op: each token at its own position in its own cache

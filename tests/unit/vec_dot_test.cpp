@@ -332,6 +332,77 @@ TEST_P(VecDotSimd, AxpyMatchesScalarAndWritesOnlyNElements) {
   for (DType t : kQuantTypes) EXPECT_EQ(level_kernel(t, GetParam()).axpy, nullptr);
 }
 
+// Attention's weighted sum of V rows for several queries at once: out[q] += sum_j p[q][j] * x_j,
+// against a double-precision sum, for every float type and level, on row lengths around the
+// vector steps, 1 to 19 queries (the kernels' query tiles and their remainders) and strided rows
+// and outputs; nothing past n of an output row is written (sentinels), nothing past the last
+// row is read (a guard page), and rows given in two calls sum to the same floats as in one.
+void check_weighted_sum(IsaLevel level) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType t : kFloatTypes) {
+    const DotKernel& simd = level_kernel(t, level);
+    ASSERT_NE(simd.weighted_sum, nullptr);
+    for (int64_t n : {1, 7, 16, 24, 33, 64, 80, 130, 256}) {
+      for (int nq : {1, 2, 3, 4, 5, 8, 9, 16, 19}) {
+        const int64_t rows = 1 + int64_t(rng() % 40);
+        SCOPED_TRACE(describe(t, n, "weighted sum") + " queries " + std::to_string(nq) + " rows " +
+                     std::to_string(rows));
+        // Rows of n elements, 3 elements of padding between them, one buffer ending at a guard.
+        const size_t elem = ps::row_bytes(t, 1), stride = size_t(n + 3) * elem;
+        std::vector<uint8_t> x(stride * size_t(rows - 1) + size_t(n) * elem);
+        std::vector<float> values(size_t(rows * n));
+        for (int64_t j = 0; j < rows; ++j) {
+          const WeightRow w = weights_from_floats(t, n, rng);
+          std::memcpy(x.data() + size_t(j) * stride, w.bytes.data(), w.bytes.size());
+          std::copy(w.values.begin(), w.values.end(), values.begin() + j * n);
+        }
+        ps::GuardedBytes gx(x.data(), x.size());
+        const size_t p_stride = size_t(rows) + 2, out_stride = size_t(n) + 5;
+        std::vector<float> p(p_stride * size_t(nq)), out0(out_stride * size_t(nq));
+        for (float& v : p) v = normal(rng);
+        for (float& v : out0) v = normal(rng);
+        std::vector<float> got = out0, split = out0;
+        simd.weighted_sum(n, rows, p.data(), p_stride, nq, gx.data(), stride, got.data(),
+                          out_stride);
+        const int64_t cut = rows / 3;
+        simd.weighted_sum(n, cut, p.data(), p_stride, nq, gx.data(), stride, split.data(),
+                          out_stride);
+        simd.weighted_sum(n, rows - cut, p.data() + cut, p_stride, nq,
+                          static_cast<const uint8_t*>(gx.data()) + size_t(cut) * stride, stride,
+                          split.data(), out_stride);
+        for (int q = 0; q < nq; ++q) {
+          for (int64_t i = 0; i < n; ++i) {
+            const size_t o = size_t(q) * out_stride + size_t(i);
+            double want = out0[o], size = std::fabs(out0[o]);
+            for (int64_t j = 0; j < rows; ++j) {
+              const double term =
+                  double(p[size_t(q) * p_stride + size_t(j)]) * values[size_t(j * n + i)];
+              want += term;
+              size += std::fabs(term);
+            }
+            // Sums of at most 41 float roundings.
+            ASSERT_NEAR(got[o], want, 4e-6 * size) << "query " << q << " element " << i;
+            ASSERT_EQ(split[o], got[o]) << "query " << q << " element " << i;
+          }
+          for (size_t i = size_t(n); i < out_stride; ++i)
+            ASSERT_EQ(got[size_t(q) * out_stride + i], out0[size_t(q) * out_stride + i])
+                << "past n: query " << q << " element " << i;
+        }
+      }
+    }
+  }
+  for (DType t : kQuantTypes) EXPECT_EQ(level_kernel(t, level).weighted_sum, nullptr);
+}
+
+TEST(VecDotScalar, WeightedSumMatchesDoubleAndAccumulatesInRowOrder) {
+  check_weighted_sum(IsaLevel::Scalar);
+}
+
+TEST_P(VecDotSimd, WeightedSumMatchesDoubleAndAccumulatesInRowOrder) {
+  check_weighted_sum(GetParam());
+}
+
 // Rows and activations that end at a guard page: the dot kernels and the activation quantizers
 // read exactly their n elements (a tail handled by a full-width load would crash here).
 TEST_P(VecDotSimd, ReadsNothingPastTheRow) {

@@ -57,6 +57,25 @@ void axpy_bf16(int64_t n, float a, const void* xv, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
 }
 
+template <float (*ToFloat)(uint16_t)>
+float widen16(const void* x, int64_t i) {
+  return ToFloat(static_cast<const uint16_t*>(x)[i]);
+}
+float widen32(const void* x, int64_t i) { return static_cast<const float*>(x)[i]; }
+
+template <float (*Widen)(const void*, int64_t)>
+void weighted_sum(int64_t n, int64_t rows, const float* p, size_t p_stride, int nq, const void* x,
+                  size_t x_stride, float* out, size_t out_stride) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const void* row = static_cast<const char*>(x) + size_t(j) * x_stride;
+    for (int q = 0; q < nq; ++q) {
+      const float a = p[size_t(q) * p_stride + size_t(j)];
+      float* y = out + size_t(q) * out_stride;
+      for (int64_t i = 0; i < n; ++i) y[i] += a * Widen(row, i);
+    }
+  }
+}
+
 // Every integer block sum below is exact (|sum| < 2^16); only the scaling is floating point.
 // The scale is rounded to float as d_w * d_a, as the SIMD kernels do, so that the levels differ
 // only by the order of the float additions.
@@ -166,9 +185,11 @@ void act_q8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32, axpy_f32};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16, axpy_f16};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16, axpy_bf16};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32, axpy_f32, weighted_sum<widen32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16, axpy_f16,
+                         weighted_sum<widen16<fp16_to_f32>>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16, axpy_bf16,
+                          weighted_sum<widen16<bf16_to_f32>>};
 constexpr DotKernel kQ8_0{DType::Q8_0, act_q8_0, dot_q8_0};
 constexpr DotKernel kQ4_0{DType::Q8_0, act_q8_0, dot_q4_0};
 constexpr DotKernel kQ5_0{DType::Q8_0, act_q8_0, dot_q5_0};

@@ -3,6 +3,7 @@
 // matmul. Quantized weights are multiplied against activations quantized to 8 bits (Q8_0, or
 // Q8_1 whose per-block sum serves the weight types with an offset m); float weights against
 // F32 activations. Each ISA level has its own translation unit compiled with its own flags.
+#include <cstddef>
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -38,11 +39,20 @@ using ActFromF32Fn = void (*)(const float* x, void* dst, int64_t n);
 // y[i] += a * x[i] over n elements, x of a float weight type (attention's weighted sum of V).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
 
+// out[q * out_stride + i] += p[q * p_stride + j] * x_j[i] for j = 0, 1, .. rows - 1 in turn, for
+// q < nq and i < n, where row x_j of a float weight type starts x_stride bytes after x_(j-1):
+// attention's weighted sum of V rows for several queries at once, each row converted once for
+// all of them. The sums are made in row order, so rows given in two calls give the same floats
+// as in one.
+using WeightedSumFn = void (*)(int64_t n, int64_t rows, const float* p, size_t p_stride, int nq,
+                               const void* x, size_t x_stride, float* out, size_t out_stride);
+
 struct DotKernel {
   DType act_type;  // F32, Q8_0, Q8_1 or Q8_K
   ActFromF32Fn act_from_f32;
   VecDotFn dot;
-  AxpyFn axpy = nullptr;  // float types only
+  AxpyFn axpy = nullptr;                 // float types only
+  WeightedSumFn weighted_sum = nullptr;  // float types only
 };
 
 // The kernel for weight type w at ISA level isa (falls back to lower levels for types a level

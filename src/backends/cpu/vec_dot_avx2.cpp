@@ -190,9 +190,85 @@ void quantize_act(const float* x, void* dst, int64_t n) {
   }
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>};
+// Q queries by U vectors of 8 elements (see the AVX-512 version); the last partial vector of a
+// row is read from a zero-padded copy, AVX2 having no masked 16-bit load.
+template <typename Load, int Q>
+void weighted_sum_tile(int64_t n, int64_t rows, const float* p, size_t p_stride, const void* xv,
+                       size_t x_stride, float* out, size_t out_stride) {
+  using Elem = typename Load::Elem;
+  constexpr int U = Q >= 3 ? 1 : Q == 2 ? 2 : 4;
+  const char* x = static_cast<const char*>(xv);
+  const auto row_at = [&](int64_t j) {
+    return reinterpret_cast<const Elem*>(x + size_t(j) * x_stride);
+  };
+  int64_t i = 0;
+  for (; i + 8 * U <= n; i += 8 * U) {
+    __m256 acc[U][Q];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        acc[u][q] = _mm256_loadu_ps(out + size_t(q) * out_stride + size_t(i + 8 * u));
+    for (int64_t j = 0; j < rows; ++j) {
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+        const __m256 v = Load::load(row_at(j) + i + 8 * u);
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; ++q)
+          acc[u][q] =
+              _mm256_fmadd_ps(_mm256_set1_ps(p[size_t(q) * p_stride + size_t(j)]), v, acc[u][q]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        _mm256_storeu_ps(out + size_t(q) * out_stride + size_t(i + 8 * u), acc[u][q]);
+  }
+  for (; i < n; i += 8) {
+    const int64_t width = n - i < 8 ? n - i : 8;
+    __m256 acc[Q];
+#pragma GCC unroll 8
+    for (int q = 0; q < Q; ++q) {
+      float lanes[8] = {};
+      std::memcpy(lanes, out + size_t(q) * out_stride + size_t(i), size_t(width) * sizeof(float));
+      acc[q] = _mm256_loadu_ps(lanes);
+    }
+    for (int64_t j = 0; j < rows; ++j) {
+      Elem tail[8] = {};
+      std::memcpy(tail, row_at(j) + i, size_t(width) * sizeof(Elem));
+      const __m256 v = Load::load(tail);
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        acc[q] = _mm256_fmadd_ps(_mm256_set1_ps(p[size_t(q) * p_stride + size_t(j)]), v, acc[q]);
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < Q; ++q) {
+      float lanes[8];
+      _mm256_storeu_ps(lanes, acc[q]);
+      std::memcpy(out + size_t(q) * out_stride + size_t(i), lanes, size_t(width) * sizeof(float));
+    }
+  }
+}
+
+template <typename Load>
+void weighted_sum(int64_t n, int64_t rows, const float* p, size_t p_stride, int nq, const void* x,
+                  size_t x_stride, float* out, size_t out_stride) {
+  using Tile =
+      void (*)(int64_t, int64_t, const float*, size_t, const void*, size_t, float*, size_t);
+  static constexpr Tile kTiles[4] = {weighted_sum_tile<Load, 1>, weighted_sum_tile<Load, 2>,
+                                     weighted_sum_tile<Load, 3>, weighted_sum_tile<Load, 4>};
+  for (int q = 0; q < nq; q += 4)
+    kTiles[(nq - q < 4 ? nq - q : 4) - 1](n, rows, p + size_t(q) * p_stride, p_stride, x, x_stride,
+                                          out + size_t(q) * out_stride, out_stride);
+}
+
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>,
+                         weighted_sum<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>,
+                         weighted_sum<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>,
+                          weighted_sum<LoadBF16>};
 constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
 constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
 constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,

@@ -77,6 +77,63 @@ void axpy_float(int64_t n, float av, const void* xv, float* y) {
   }
 }
 
+// Q queries by U vectors of 16 elements: Q x U sums stay in registers while the rows stream
+// past, each row's U vectors converted once for the Q queries. U grows as Q shrinks, so that
+// enough independent FMAs are in flight for the FMA latency.
+template <typename Load, int Q>
+void weighted_sum_tile(int64_t n, int64_t rows, const float* p, size_t p_stride, const void* xv,
+                       size_t x_stride, float* out, size_t out_stride) {
+  using Elem = typename Load::Elem;
+  constexpr int U = Q >= 5 ? 1 : Q >= 3 ? 2 : Q == 2 ? 4 : 8;
+  const char* x = static_cast<const char*>(xv);
+  for (int64_t i = 0; i < n; i += 16 * U) {
+    __mmask16 mask[U];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      const int64_t left = n - i - 16 * u;
+      mask[u] = left >= 16 ? __mmask16(0xffff) : left <= 0 ? 0 : __mmask16((1u << left) - 1);
+    }
+    __m512 acc[U][Q];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        acc[u][q] =
+            _mm512_maskz_loadu_ps(mask[u], out + size_t(q) * out_stride + size_t(i + 16 * u));
+    for (int64_t j = 0; j < rows; ++j) {
+      const Elem* row = reinterpret_cast<const Elem*>(x + size_t(j) * x_stride) + i;
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+        const __m512 v = Load::load(row + 16 * u, mask[u]);
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; ++q)
+          acc[u][q] =
+              _mm512_fmadd_ps(_mm512_set1_ps(p[size_t(q) * p_stride + size_t(j)]), v, acc[u][q]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        _mm512_mask_storeu_ps(out + size_t(q) * out_stride + size_t(i + 16 * u), mask[u],
+                              acc[u][q]);
+  }
+}
+
+template <typename Load>
+void weighted_sum(int64_t n, int64_t rows, const float* p, size_t p_stride, int nq, const void* x,
+                  size_t x_stride, float* out, size_t out_stride) {
+  using Tile =
+      void (*)(int64_t, int64_t, const float*, size_t, const void*, size_t, float*, size_t);
+  static constexpr Tile kTiles[8] = {weighted_sum_tile<Load, 1>, weighted_sum_tile<Load, 2>,
+                                     weighted_sum_tile<Load, 3>, weighted_sum_tile<Load, 4>,
+                                     weighted_sum_tile<Load, 5>, weighted_sum_tile<Load, 6>,
+                                     weighted_sum_tile<Load, 7>, weighted_sum_tile<Load, 8>};
+  for (int q = 0; q < nq; q += 8)
+    kTiles[(nq - q < 8 ? nq - q : 8) - 1](n, rows, p + size_t(q) * p_stride, p_stride, x, x_stride,
+                                          out + size_t(q) * out_stride, out_stride);
+}
+
 // ---- quantized weights ------------------------------------------------------------------
 
 // Two blocks' 32 bytes each, one block per 256-bit half.
@@ -280,9 +337,12 @@ void quantize_act(const float* x, void* dst, int64_t n) {
 
 constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
 constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>,
+                         weighted_sum<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>,
+                         weighted_sum<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>,
+                          weighted_sum<LoadBF16>};
 constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,
                           dot_quant<BlockQ8_0, BlockQ8_0, pair_q8_0, block_q8_0, false>};
 constexpr DotKernel kQ4_0{DType::Q8_0, kActQ8_0,
