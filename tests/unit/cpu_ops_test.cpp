@@ -218,6 +218,27 @@ TEST_P(CpuOps, SoftmaxWithAndWithoutCausalMask) {
   }
 }
 
+// Attention of one query row over cache positions [first, end) in double precision: K and V
+// element i of position j through k_at(j, i) and v_at(j, i).
+template <typename KAt, typename VAt>
+std::vector<double> attention_reference(const float* qrow, int64_t hd, int64_t first, int64_t end,
+                                        float scale, KAt k_at, VAt v_at) {
+  std::vector<double> s(static_cast<size_t>(end), 0.0);
+  double mx = -1e30;
+  for (int64_t j = first; j < end; ++j) {
+    double d = 0;
+    for (int64_t i = 0; i < hd; ++i) d += double(qrow[i]) * k_at(j, i);
+    s[size_t(j)] = d * scale;
+    mx = std::max(mx, s[size_t(j)]);
+  }
+  double sum = 0;
+  for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
+  std::vector<double> out(static_cast<size_t>(hd), 0.0);
+  for (int64_t i = 0; i < hd; ++i)
+    for (int64_t j = first; j < end; ++j) out[size_t(i)] += s[size_t(j)] / sum * v_at(j, i);
+  return out;
+}
+
 // Shapes: a group of 3 query heads per cache head (2 cache heads); one cache head for 8 query
 // heads with a head size off the vector steps and more tokens than one block of queries; plain
 // multi-head attention over many tokens; a group of 4 with a long prefix. Windows: none, one
@@ -252,25 +273,14 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
         for (int64_t h = 0; h < n_head; ++h) {
           const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
           const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
-          std::vector<double> s(static_cast<size_t>(end), 0.0);
-          double mx = -1e30;
-          for (int64_t j = first; j < end; ++j) {
-            double d = 0;
-            for (int64_t i = 0; i < hd; ++i)
-              d += double(q[size_t((t * n_head + h) * hd + i)]) *
-                   fp16_to_f32(k[size_t((j * n_kv + kvh) * hd + i)]);
-            s[size_t(j)] = d * scale;
-            mx = std::max(mx, s[size_t(j)]);
-          }
-          double sum = 0;
-          for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
-          for (int64_t i = 0; i < hd; ++i) {
-            double ref = 0;
-            for (int64_t j = first; j < end; ++j)
-              ref += s[size_t(j)] / sum * fp16_to_f32(v[size_t((j * n_kv + kvh) * hd + i)]);
-            ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
+          const auto at = [&](int64_t j, int64_t i) { return size_t((j * n_kv + kvh) * hd + i); };
+          const std::vector<double> ref = attention_reference(
+              &q[size_t((t * n_head + h) * hd)], hd, first, end, scale,
+              [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
+              [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
+          for (int64_t i = 0; i < hd; ++i)
+            ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref[size_t(i)], 2e-5)
                 << "token " << t << " head " << h << " element " << i;
-          }
         }
     }
   }
@@ -345,24 +355,13 @@ TEST_P(CpuOps, AttentionOverPerTokenPositionsAndPlanes) {
         const auto at = [&](int64_t j, int64_t i) {
           return size_t(((pl * slots + j % slots) * n_kv + kvh) * hd + i);
         };
-        std::vector<double> sc(static_cast<size_t>(end), 0.0);
-        double mx = -1e30;
-        for (int64_t j = first; j < end; ++j) {
-          double d = 0;
-          for (int64_t i = 0; i < hd; ++i)
-            d += double(q[size_t((t * n_head + h) * hd + i)]) * fp16_to_f32(k[at(j, i)]);
-          sc[size_t(j)] = d * scale;
-          mx = std::max(mx, sc[size_t(j)]);
-        }
-        double sum = 0;
-        for (int64_t j = first; j < end; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
-        for (int64_t i = 0; i < hd; ++i) {
-          double ref = 0;
-          for (int64_t j = first; j < end; ++j)
-            ref += sc[size_t(j)] / sum * fp16_to_f32(v[at(j, i)]);
-          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref, 2e-5)
+        const std::vector<double> ref = attention_reference(
+            &q[size_t((t * n_head + h) * hd)], hd, first, end, scale,
+            [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
+            [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
+        for (int64_t i = 0; i < hd; ++i)
+          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref[size_t(i)], 2e-5)
               << "window " << window << " token " << t << " head " << h;
-        }
       }
   }
   // A plane beyond the cache is an error, not a read past it.
