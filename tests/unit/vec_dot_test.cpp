@@ -302,36 +302,6 @@ TEST_P(VecDotSimd, EdgeScalesMatchScalar) {
   }
 }
 
-// attention's weighted sum of V rows: y += a * x for every float type, on lengths around the
-// vector steps, touching nothing past n (a guard page after x, sentinels after y).
-TEST_P(VecDotSimd, AxpyMatchesScalarAndWritesOnlyNElements) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (DType t : kFloatTypes) {
-    const DotKernel& simd = level_kernel(t, GetParam());
-    const DotKernel& scalar = level_kernel(t, IsaLevel::Scalar);
-    ASSERT_NE(simd.axpy, nullptr);
-    for (int64_t n : kFloatLengths) {
-      SCOPED_TRACE(describe(t, n, "axpy"));
-      const WeightRow x = weights_from_floats(t, n, rng);
-      ps::GuardedBytes gx(x.bytes.data(), x.bytes.size());
-      std::vector<float> y0(size_t(n) + 8);
-      for (float& v : y0) v = normal(rng);
-      const float a = normal(rng);
-      std::vector<float> want = y0, got = y0;
-      scalar.axpy(n, a, x.bytes.data(), want.data());
-      simd.axpy(n, a, gx.data(), got.data());
-      for (int64_t i = 0; i < n; ++i) {
-        // One rounding of a * x + y with FMA, two without.
-        const double size = std::fabs(double(a) * x.values[size_t(i)]) + std::fabs(y0[size_t(i)]);
-        ASSERT_NEAR(got[size_t(i)], want[size_t(i)], 2e-7 * size) << "element " << i;
-      }
-      for (size_t i = size_t(n); i < y0.size(); ++i) ASSERT_EQ(got[i], y0[i]) << "past n: " << i;
-    }
-  }
-  for (DType t : kQuantTypes) EXPECT_EQ(level_kernel(t, GetParam()).axpy, nullptr);
-}
-
 // Attention's weighted sum of V rows for several queries at once: out[q] += sum_j p[q][j] * x_j,
 // against a double-precision sum, for every float type and level, on row lengths around the
 // vector steps, 1 to 19 queries (the kernels' query tiles and their remainders) and strided rows

@@ -42,21 +42,6 @@ float dot_bf16(int64_t n, const void* wv, const void* av) {
   return float(sum);
 }
 
-void axpy_f32(int64_t n, float a, const void* xv, float* y) {
-  const float* x = static_cast<const float*>(xv);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-void axpy_f16(int64_t n, float a, const void* xv, float* y) {
-  const uint16_t* x = static_cast<const uint16_t*>(xv);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
-}
-
-void axpy_bf16(int64_t n, float a, const void* xv, float* y) {
-  const uint16_t* x = static_cast<const uint16_t*>(xv);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
-}
-
 template <float (*ToFloat)(uint16_t)>
 float widen16(const void* x, int64_t i) {
   return ToFloat(static_cast<const uint16_t*>(x)[i]);
@@ -185,11 +170,9 @@ void act_q8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32, axpy_f32, weighted_sum<widen32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16, axpy_f16,
-                         weighted_sum<widen16<fp16_to_f32>>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16, axpy_bf16,
-                          weighted_sum<widen16<bf16_to_f32>>};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_f32, weighted_sum<widen32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_f16, weighted_sum<widen16<fp16_to_f32>>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_bf16, weighted_sum<widen16<bf16_to_f32>>};
 constexpr DotKernel kQ8_0{DType::Q8_0, act_q8_0, dot_q8_0};
 constexpr DotKernel kQ4_0{DType::Q8_0, act_q8_0, dot_q4_0};
 constexpr DotKernel kQ5_0{DType::Q8_0, act_q8_0, dot_q5_0};

@@ -36,9 +36,6 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // Converts n F32 activations into the activation type.
 using ActFromF32Fn = void (*)(const float* x, void* dst, int64_t n);
 
-// y[i] += a * x[i] over n elements, x of a float weight type (attention's weighted sum of V).
-using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
-
 // out[q * out_stride + i] += p[q * p_stride + j] * x_j[i] for j = 0, 1, .. rows - 1 in turn, for
 // q < nq and i < n, where row x_j of a float weight type starts x_stride bytes after x_(j-1):
 // attention's weighted sum of V rows for several queries at once, each row converted once for
@@ -51,7 +48,6 @@ struct DotKernel {
   DType act_type;  // F32, Q8_0, Q8_1 or Q8_K
   ActFromF32Fn act_from_f32;
   VecDotFn dot;
-  AxpyFn axpy = nullptr;                 // float types only
   WeightedSumFn weighted_sum = nullptr;  // float types only
 };
 

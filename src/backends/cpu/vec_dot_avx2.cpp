@@ -58,29 +58,6 @@ float dot_float(int64_t n, const void* wv, const void* av) {
   return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
 }
 
-template <typename Load>
-void axpy_float(int64_t n, float av, const void* xv, float* y) {
-  using Elem = typename Load::Elem;
-  const Elem* x = static_cast<const Elem*>(xv);
-  const __m256 a = _mm256_set1_ps(av);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load::load(x + i), _mm256_loadu_ps(y + i)));
-    _mm256_storeu_ps(y + i + 8,
-                     _mm256_fmadd_ps(a, Load::load(x + i + 8), _mm256_loadu_ps(y + i + 8)));
-  }
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load::load(x + i), _mm256_loadu_ps(y + i)));
-  if (i < n) {
-    Elem x_tail[8] = {};
-    float y_tail[8] = {};
-    std::memcpy(x_tail, x + i, size_t(n - i) * sizeof(Elem));
-    std::memcpy(y_tail, y + i, size_t(n - i) * sizeof(float));
-    _mm256_storeu_ps(y_tail, _mm256_fmadd_ps(a, Load::load(x_tail), _mm256_loadu_ps(y_tail)));
-    std::memcpy(y + i, y_tail, size_t(n - i) * sizeof(float));
-  }
-}
-
 // ---- quantized weights ------------------------------------------------------------------
 
 #if defined(__AVXVNNI__)
@@ -263,12 +240,9 @@ void weighted_sum(int64_t n, int64_t rows, const float* p, size_t p_stride, int 
                                           out + size_t(q) * out_stride, out_stride);
 }
 
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>,
-                         weighted_sum<LoadF32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>,
-                         weighted_sum<LoadF16>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>,
-                          weighted_sum<LoadBF16>};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, weighted_sum<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, weighted_sum<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, weighted_sum<LoadBF16>};
 constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
 constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
 constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,

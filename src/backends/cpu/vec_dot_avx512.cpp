@@ -61,22 +61,6 @@ float dot_float(int64_t n, const void* wv, const void* av) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 
-template <typename Load>
-void axpy_float(int64_t n, float av, const void* xv, float* y) {
-  using Elem = typename Load::Elem;
-  const Elem* x = static_cast<const Elem*>(xv);
-  const __m512 a = _mm512_set1_ps(av);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, Load::load(x + i), _mm512_loadu_ps(y + i)));
-  if (i < n) {
-    const __mmask16 mask = __mmask16((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(
-        y + i, mask,
-        _mm512_fmadd_ps(a, Load::load(x + i, mask), _mm512_maskz_loadu_ps(mask, y + i)));
-  }
-}
-
 // Q queries by U vectors of 16 elements: Q x U sums stay in registers while the rows stream
 // past, each row's U vectors converted once for the Q queries. U grows as Q shrinks, so that
 // enough independent FMAs are in flight for the FMA latency.
@@ -337,12 +321,9 @@ void quantize_act(const float* x, void* dst, int64_t n) {
 
 constexpr ActFromF32Fn kActQ8_0 = quantize_act<BlockQ8_0, false>;
 constexpr ActFromF32Fn kActQ8_1 = quantize_act<BlockQ8_1, true>;
-constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, axpy_float<LoadF32>,
-                         weighted_sum<LoadF32>};
-constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, axpy_float<LoadF16>,
-                         weighted_sum<LoadF16>};
-constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, axpy_float<LoadBF16>,
-                          weighted_sum<LoadBF16>};
+constexpr DotKernel kF32{DType::F32, act_copy_f32, dot_float<LoadF32>, weighted_sum<LoadF32>};
+constexpr DotKernel kF16{DType::F32, act_copy_f32, dot_float<LoadF16>, weighted_sum<LoadF16>};
+constexpr DotKernel kBF16{DType::F32, act_copy_f32, dot_float<LoadBF16>, weighted_sum<LoadBF16>};
 constexpr DotKernel kQ8_0{DType::Q8_0, kActQ8_0,
                           dot_quant<BlockQ8_0, BlockQ8_0, pair_q8_0, block_q8_0, false>};
 constexpr DotKernel kQ4_0{DType::Q8_0, kActQ8_0,
