@@ -254,7 +254,7 @@ const void* PackedWeights::get(const Tensor& w, int rows, ThreadPool& pool) {
     return e.data.data();
   }
   const size_t bytes = packed_layout(w.type, rows, w.ne[0]).row_bytes * size_t(w.ne[1]);
-  Entry e{w.type, w.ne[0], w.ne[1], std::vector<uint8_t>(bytes)};
+  Entry e{w.type, w.ne[0], w.ne[1], LargeBuffer(bytes)};
   pack_rows(w.type, rows, w.data, e.data.data(), w.ne[0], w.ne[1], pool);
   return entries_.emplace(std::pair{w.data, rows}, std::move(e)).first->second.data.data();
 }

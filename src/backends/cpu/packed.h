@@ -61,6 +61,7 @@
 #include "backends/cpu/vec_dot.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "graph/tensor.h"
 
@@ -212,7 +213,7 @@ class PackedWeights {
   struct Entry {
     DType type;
     int64_t k, n;
-    std::vector<uint8_t> data;
+    LargeBuffer data;
   };
   struct KeyHash {
     size_t operator()(const std::pair<const void*, int>& key) const {
