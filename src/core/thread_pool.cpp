@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -22,7 +23,9 @@ constexpr int kSpinIterations = 20000;
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads),
+      shares_(std::make_unique<Share[]>(size_t(n_threads_))) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -36,12 +39,39 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run_tasks(int thread) {
+bool ThreadPool::take_own(int thread, int64_t& task) {
+  std::atomic<uint64_t>& left = shares_[size_t(thread)].left;
+  uint64_t v = left.load(std::memory_order_relaxed);
   for (;;) {
-    const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (t >= n_tasks_) break;
-    (*fn_)(t, thread);
+    const uint64_t next = v >> 32, end = v & 0xffffffffu;
+    if (next >= end) return false;
+    if (left.compare_exchange_weak(v, ((next + 1) << 32) | end, std::memory_order_relaxed)) {
+      task = int64_t(next);
+      return true;
+    }
   }
+}
+
+bool ThreadPool::take_other(int thread, int64_t& task) {
+  for (int i = 1; i < n_threads_; ++i) {
+    std::atomic<uint64_t>& left = shares_[size_t((thread + i) % n_threads_)].left;
+    uint64_t v = left.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t next = v >> 32, end = v & 0xffffffffu;
+      if (next >= end) break;
+      if (left.compare_exchange_weak(v, (next << 32) | (end - 1), std::memory_order_relaxed)) {
+        task = int64_t(end - 1);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void ThreadPool::run_tasks(int thread) {
+  int64_t task;
+  while (take_own(thread, task)) (*fn_)(task, thread);
+  while (take_other(thread, task)) (*fn_)(task, thread);
 }
 
 void ThreadPool::worker(int index) {
@@ -66,13 +96,18 @@ void ThreadPool::worker(int index) {
 
 void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {
   if (n_tasks <= 0) return;
+  if (n_tasks > int64_t(0xffffffffu))
+    throw std::length_error("ThreadPool::parallel_for: more than 2^32 - 1 tasks");
   if (n_threads_ == 1 || n_tasks == 1) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
     return;
   }
   fn_ = &fn;
-  n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < n_threads_; ++i) {
+    const uint64_t next = uint64_t(n_tasks * i / n_threads_);
+    const uint64_t end = uint64_t(n_tasks * (i + 1) / n_threads_);
+    shares_[size_t(i)].left.store((next << 32) | end, std::memory_order_relaxed);
+  }
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
