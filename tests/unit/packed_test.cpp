@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -237,6 +238,90 @@ TEST_P(PackedLevels, MatmulMatchesScalarRowDots) {
           }
         }
       }
+    }
+  }
+}
+
+// Matmuls of one activation matrix, as a layer's q, k and v: matmul_siblings runs the ones
+// whose packed kernels share an activation format as one batch (views between them skipped),
+// stops at the first that does not fit, and each output equals that matmul run on its own, bit
+// for bit.
+TEST_P(PackedLevels, SiblingMatmulsEqualEachRunOnItsOwn) {
+  const IsaLevel level = GetParam();
+  std::mt19937 rng(7 + unsigned(level));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t k = 512;
+  struct Weight {
+    DType type;
+    int64_t n;
+    std::vector<uint8_t> bytes;
+  };
+  // Q4_K, Q5_K and Q6_K take the same Q8_K activations; Q8_0 takes others, so it ends the run.
+  std::vector<Weight> weights = {{DType::Q4_K, 48, {}},
+                                 {DType::Q6_K, 35, {}},  // rows past the last group of 16
+                                 {DType::Q5_K, 16, {}},
+                                 {DType::Q8_0, 32, {}},
+                                 {DType::Q4_K, 64, {}}};
+  for (Weight& w : weights) {
+    std::vector<float> f(size_t(w.n * k));
+    for (float& v : f) v = normal(rng);
+    w.bytes.resize(row_bytes(w.type, k) * size_t(w.n));
+    for (int64_t r = 0; r < w.n; ++r)
+      quantize_row(w.type, f.data() + r * k, w.bytes.data() + size_t(r) * row_bytes(w.type, k), k);
+  }
+  // How many of the first weights share the first one's activations at this level.
+  size_t expected = 1;
+  const cpu::PackedKernel* first = cpu::packed_kernel(weights[0].type, level);
+  ASSERT_NE(first, nullptr);
+  while (expected < weights.size()) {
+    const cpu::PackedKernel* pk = cpu::packed_kernel(weights[expected].type, level);
+    if (pk == nullptr || pk->act_from_f32 != first->act_from_f32) break;
+    ++expected;
+  }
+  ASSERT_EQ(expected, 3u);
+
+  for (int64_t m : {1, 5}) {
+    std::vector<float> x(size_t(k * m));
+    for (float& v : x) v = normal(rng);
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " threads " + std::to_string(threads));
+      ThreadPool pool(threads);
+      cpu::PackedWeights cache;
+      cpu::Context ctx;
+      ctx.pool = &pool;
+      ctx.isa = level;
+      ctx.packed = &cache;
+      Graph g;
+      Tensor* xt = g.leaf("x", DType::F32, {k, m, 1, 1}, x.data());
+      std::vector<Tensor*> nodes;
+      std::vector<std::vector<float>> together(weights.size()), alone(weights.size());
+      for (size_t i = 0; i < weights.size(); ++i) {
+        Tensor* wt = g.leaf("w", weights[i].type, {k, weights[i].n, 1, 1}, weights[i].bytes.data());
+        wt->constant = true;
+        Tensor* y = g.matmul(wt, xt);
+        together[i].assign(size_t(weights[i].n * m), std::nanf(""));
+        y->data = together[i].data();
+        nodes.push_back(y);
+        if (i == 0) nodes.push_back(g.reshape(y, {weights[i].n * m, 1, 1, 1}));  // a view
+      }
+      // The first three matmuls and the view between them.
+      EXPECT_EQ(cpu::matmul_siblings(ctx, nodes), expected + 1);
+      for (size_t i = expected; i < weights.size(); ++i)
+        EXPECT_TRUE(std::isnan(together[i][0])) << "matmul " << i << " ran with the batch";
+      // The rest, then every matmul alone.
+      EXPECT_EQ(cpu::matmul_siblings(ctx, std::span(nodes).subspan(expected + 1)), 1u);
+      EXPECT_EQ(cpu::matmul_siblings(ctx, std::span(nodes).subspan(expected + 2)), 1u);
+      for (size_t i = 0; i < weights.size(); ++i) {
+        Tensor* y = nodes[i == 0 ? 0 : i + 1];
+        alone[i].assign(together[i].size(), std::nanf(""));
+        y->data = alone[i].data();
+        cpu::matmul(ctx, *y);
+        EXPECT_EQ(0, std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * 4))
+            << "matmul " << i << " (" << dtype_name(weights[i].type) << ")";
+      }
+      // An output that overlaps another's is never batched with it.
+      nodes[2]->data = nodes[0]->data;
+      EXPECT_EQ(cpu::matmul_siblings(ctx, nodes), 1u);
     }
   }
 }

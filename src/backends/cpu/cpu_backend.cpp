@@ -119,7 +119,12 @@ class CpuDevice final : public Device {
   }
 
   void execute(std::span<Tensor* const> nodes) override {
-    for (Tensor* n : nodes) run(*n);
+    for (size_t i = 0; i < nodes.size();) {
+      if (nodes[i]->op == OpKind::MatMul)
+        i += cpu::matmul_siblings(ctx_, nodes.subspan(i));
+      else
+        run(*nodes[i++]);
+    }
   }
   void synchronize() override {}
 

@@ -62,36 +62,69 @@ GemmBlocking plan_gemm(int64_t n, int64_t m, size_t w_row_bytes, const GemmKerne
   return b;
 }
 
+namespace {
+
+// Rows [r0, r1) by columns [c0, c1) of one product.
+void gemm_block(const GemmProblem& p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const GemmKernel& g = *p.g;
+  const char* wbytes = static_cast<const char*>(p.w);
+  const char* abytes = static_cast<const char*>(p.a);
+  const int64_t R = g.rows, C = g.cols;
+  const int64_t tiled_end = r0 + (r1 - r0) / R * R;
+  // Column tiles outside, row tiles inside: one tile's activation columns stay in L1 while
+  // the block's weight rows stream past them from L2.
+  for (int64_t c = c0; c < c1; c += C) {
+    const int64_t width = std::min(C, c1 - c);
+    const GemmTileFn tile = g.tiles[width - 1];
+    const char* ac = abytes + size_t(c) * p.a_stride;
+    float* yc = p.y + size_t(c) * p.y_stride;
+    for (int64_t r = r0; r < tiled_end; r += R)
+      tile(p.k, wbytes + size_t(r) * p.w_stride, p.w_stride, ac, p.a_stride, yc + r, p.y_stride);
+    for (int64_t r = tiled_end; r < r1; ++r) {
+      const char* wr = wbytes + size_t(r) * p.w_stride;
+      for (int64_t j = 0; j < width; ++j)
+        yc[size_t(j) * p.y_stride + size_t(r)] = p.dot(p.k, wr, ac + size_t(j) * p.a_stride);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_batch(ThreadPool& pool, std::span<const GemmProblem> problems) {
+  constexpr size_t kMaxProblems = 8;
+  if (problems.empty()) return;
+  if (problems.size() > kMaxProblems) {
+    gemm_batch(pool, problems.first(kMaxProblems));
+    gemm_batch(pool, problems.subspan(kMaxProblems));
+    return;
+  }
+  GemmBlocking plan[kMaxProblems];
+  int64_t first_task[kMaxProblems + 1] = {0};
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const GemmProblem& p = problems[i];
+    plan[i] = plan_gemm(p.n, p.m, p.w_stride, *p.g, pool.size());
+    first_task[i + 1] = first_task[i] + plan[i].n_row_blocks * plan[i].n_col_blocks;
+  }
+  pool.parallel_for(first_task[problems.size()], [&](int64_t task, int) {
+    size_t i = 0;
+    while (task >= first_task[i + 1]) ++i;
+    const GemmProblem& p = problems[i];
+    const GemmBlocking& b = plan[i];
+    const int64_t local = task - first_task[i];
+    const int64_t rb = local / b.n_col_blocks, cb = local % b.n_col_blocks;
+    const int64_t r0 = rb * b.block_rows;
+    // The last row block also takes the rows short of a whole tile.
+    const int64_t r1 = rb + 1 == b.n_row_blocks ? p.n : std::min(p.n, r0 + b.block_rows);
+    const int64_t c0 = cb * b.block_cols;
+    gemm_block(p, r0, r1, c0, std::min(p.m, c0 + b.block_cols));
+  });
+}
+
 void gemm(ThreadPool& pool, const GemmKernel& g, VecDotFn dot, int64_t k, int64_t n, int64_t m,
           const void* w, size_t w_stride, const void* a, size_t a_stride, float* y,
           size_t y_stride) {
-  const GemmBlocking b = plan_gemm(n, m, w_stride, g, pool.size());
-  const char* wbytes = static_cast<const char*>(w);
-  const char* abytes = static_cast<const char*>(a);
-  const int64_t R = g.rows, C = g.cols;
-  pool.parallel_for(b.n_row_blocks * b.n_col_blocks, [&](int64_t task, int) {
-    const int64_t rb = task / b.n_col_blocks, cb = task % b.n_col_blocks;
-    const int64_t r0 = rb * b.block_rows;
-    // The last row block also takes the rows short of a whole tile.
-    const int64_t r1 = rb + 1 == b.n_row_blocks ? n : std::min(n, r0 + b.block_rows);
-    const int64_t tiled_end = r0 + (r1 - r0) / R * R;
-    const int64_t c0 = cb * b.block_cols, c1 = std::min(m, c0 + b.block_cols);
-    // Column tiles outside, row tiles inside: one tile's activation columns stay in L1 while
-    // the block's weight rows stream past them from L2.
-    for (int64_t c = c0; c < c1; c += C) {
-      const int64_t width = std::min(C, c1 - c);
-      const GemmTileFn tile = g.tiles[width - 1];
-      const char* ac = abytes + size_t(c) * a_stride;
-      float* yc = y + size_t(c) * y_stride;
-      for (int64_t r = r0; r < tiled_end; r += R)
-        tile(k, wbytes + size_t(r) * w_stride, w_stride, ac, a_stride, yc + r, y_stride);
-      for (int64_t r = tiled_end; r < r1; ++r) {
-        const char* wr = wbytes + size_t(r) * w_stride;
-        for (int64_t j = 0; j < width; ++j)
-          yc[size_t(j) * y_stride + size_t(r)] = dot(k, wr, ac + size_t(j) * a_stride);
-      }
-    }
-  });
+  const GemmProblem p{&g, dot, k, n, m, w, w_stride, a, a_stride, y, y_stride};
+  gemm_batch(pool, std::span(&p, 1));
 }
 
 }  // namespace ps::cpu

@@ -7,6 +7,7 @@
 // row dots, which are bound by the weight stream, not by arithmetic.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backends/cpu/vec_dot.h"
 #include "core/cpu_features.h"
@@ -63,5 +64,24 @@ GemmBlocking plan_gemm(int64_t n, int64_t m, size_t w_row_bytes, const GemmKerne
 void gemm(ThreadPool& pool, const GemmKernel& g, VecDotFn dot, int64_t k, int64_t n, int64_t m,
           const void* w, size_t w_stride, const void* a, size_t a_stride, float* y,
           size_t y_stride);
+
+// The arguments of one gemm() call.
+struct GemmProblem {
+  const GemmKernel* g;
+  VecDotFn dot;
+  int64_t k, n, m;
+  const void* w;
+  size_t w_stride;
+  const void* a;
+  size_t a_stride;
+  float* y;
+  size_t y_stride;
+};
+
+// Independent products (outputs that overlap neither each other nor any input) in one
+// parallel_for: each is cut into tasks as gemm() cuts it and the tasks of all are handed out
+// together, so the threads meet once at the end instead of once per product. Each output is
+// bit-identical to its own gemm() call.
+void gemm_batch(ThreadPool& pool, std::span<const GemmProblem> problems);
 
 }  // namespace ps::cpu

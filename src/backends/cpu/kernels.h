@@ -2,6 +2,7 @@
 // CPU kernels, one file per op (mirrored by the other backends' folders). Each takes the node
 // whose src pointers and data are set, and the context with the thread pool and scratch.
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -24,6 +25,12 @@ struct Context {
 };
 
 void matmul(Context& ctx, Tensor& node);
+// Runs nodes[0], a matmul, together with the matmuls right after it (views between them are
+// skipped, being no-ops here) that multiply the same activations by packed weights: a layer's
+// q, k and v projections, or its gate and up. The activations are converted once and one
+// parallel_for covers every product, so the threads meet once instead of once per matmul.
+// Returns how many of nodes were run (1 when nodes[0] has no such siblings).
+size_t matmul_siblings(Context& ctx, std::span<Tensor* const> nodes);
 void get_rows(Context& ctx, Tensor& node);
 void rms_norm(Context& ctx, Tensor& node);
 void rope(Context& ctx, Tensor& node);

@@ -36,7 +36,90 @@ void matmul_packed(Context& ctx, Tensor& node, const PackedKernel& pk) {
        act, act_stride, static_cast<float*>(node.data), node.nb[1] / sizeof(float));
 }
 
+// The packed kernel a matmul would take, or null when it takes another path.
+const PackedKernel* packed_path(const Context& ctx, const Tensor& node) {
+  if (!ctx.packed) return nullptr;
+  const Tensor& w = *node.src[0];
+  const PackedKernel* pk = packed_kernel(w.type, ctx.isa);
+  return pk && can_pack(w, pk->gemm.rows) ? pk : nullptr;
+}
+
+// The bytes a 2-D tensor's rows span, from its data pointer.
+size_t byte_span(const Tensor& t) {
+  return t.ne[1] > 0 ? size_t(t.ne[1] - 1) * t.nb[1] + size_t(t.ne[0]) * t.nb[0] : 0;
+}
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  const char* pa = static_cast<const char*>(a.data);
+  const char* pb = static_cast<const char*>(b.data);
+  return pa < pb + byte_span(b) && pb < pa + byte_span(a);
+}
+
 }  // namespace
+
+size_t matmul_siblings(Context& ctx, std::span<Tensor* const> nodes) {
+  constexpr size_t kMaxSiblings = 8;
+  Tensor& first = *nodes[0];
+  const PackedKernel* pk = packed_path(ctx, first);
+  const Tensor& x = *first.src[1];
+  if (pk == nullptr || x.nb[0] != sizeof(float) || overlap(first, x)) {
+    matmul(ctx, first);
+    return 1;
+  }
+  Tensor* group[kMaxSiblings] = {&first};
+  size_t count = 1, ran = 1;
+  for (size_t i = 1; i < nodes.size() && count < kMaxSiblings; ++i) {
+    Tensor& n = *nodes[i];
+    if (n.op == OpKind::View || n.op == OpKind::None) continue;
+    if (n.op != OpKind::MatMul || n.src[1] != &x) break;
+    const PackedKernel* q = packed_path(ctx, n);
+    // One conversion must serve every product, and no output may be another's or the input.
+    if (q == nullptr || q->act_from_f32 != pk->act_from_f32 ||
+        q->act_block_bytes != pk->act_block_bytes || overlap(n, x))
+      break;
+    bool clash = false;
+    for (size_t j = 0; j < count; ++j) clash = clash || overlap(n, *group[j]);
+    if (clash) break;
+    group[count++] = &n;
+    ran = i + 1;
+  }
+  if (count == 1) {
+    matmul(ctx, first);
+    return 1;
+  }
+  const int64_t K = x.ne[0], M = x.ne[1];
+  // Pack first (a first use packs with the pool), then convert the activations once.
+  const void* packed[kMaxSiblings];
+  for (size_t j = 0; j < count; ++j) {
+    const Tensor& w = *group[j]->src[0];
+    packed[j] = ctx.packed->get(w, packed_path(ctx, *group[j])->gemm.rows, *ctx.pool);
+  }
+  const size_t act_stride = pk->act_row_bytes(K);
+  char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
+  ctx.pool->parallel_for(M, [&](int64_t m, int) {
+    pk->act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride,
+                     K);
+  });
+  GemmProblem problems[kMaxSiblings];
+  for (size_t j = 0; j < count; ++j) {
+    Tensor& n = *group[j];
+    const Tensor& w = *n.src[0];
+    const PackedKernel& q = *packed_path(ctx, n);
+    problems[j] = GemmProblem{&q.gemm,
+                              q.tail_dot,
+                              K,
+                              w.ne[1],
+                              M,
+                              packed[j],
+                              packed_layout(w.type, q.gemm.rows, K).row_bytes,
+                              act,
+                              act_stride,
+                              static_cast<float*>(n.data),
+                              n.nb[1] / sizeof(float)};
+  }
+  gemm_batch(*ctx.pool, std::span(problems, count));
+  return ran;
+}
 
 void matmul(Context& ctx, Tensor& node) {
   const Tensor& w = *node.src[0];
@@ -44,10 +127,7 @@ void matmul(Context& ctx, Tensor& node) {
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
   if (x.nb[0] != sizeof(float))
     throw BackendError(fmt::format("cpu matmul: activations {} are not contiguous rows", x.name));
-  if (ctx.packed) {
-    const PackedKernel* pk = packed_kernel(w.type, ctx.isa);
-    if (pk && can_pack(w, pk->gemm.rows)) return matmul_packed(ctx, node, *pk);
-  }
+  if (const PackedKernel* pk = packed_path(ctx, node)) return matmul_packed(ctx, node, *pk);
   const DotKernel& k = dot_kernel(w.type, ctx.isa);
 
   const char* act = nullptr;
