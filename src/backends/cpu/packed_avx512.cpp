@@ -37,9 +37,8 @@
 namespace ps::cpu {
 namespace {
 
-// How far ahead the tiles ask for weights: one k-quant super-block of 16 rows (1344 to 3360
-// bytes), or as many 32-element blocks of 16 rows as make about 2 KiB.
-constexpr int kPrefetchBlocks = 1;
+// How far ahead the 32-element tiles ask for weights: as many blocks of 16 rows as make about
+// 2 KiB. The k-quant tiles ask for the next super-block of 16 rows (1344 to 3360 bytes).
 constexpr size_t kPrefetchBytes = 2304;
 
 int32_t load_i32(const void* p) {
@@ -90,15 +89,28 @@ void act_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
-// Asks for the bytes of the super-block `ahead` blocks past `block`, one cache line at a time.
-// A decode task streams a few groups of rows and moves on, and the hardware prefetcher starts
-// late on each new stream; this keeps several super-blocks in flight from the first one.
-// Prefetches do not fault, so the last blocks may point past the weights.
+// Asks for the bytes of the block `ahead` blocks past `block`, one cache line at a time (the
+// 32-element tiles, whose blocks of 16 rows take 8 or 9 lines: one block's worth per step).
+// The hardware prefetcher starts late on each new stream; this keeps about 2 KiB in flight
+// from the first block. Prefetches do not fault, so the last blocks may point past the weights.
 template <typename Block>
 inline __attribute__((always_inline)) void prefetch_block(const Block* block, int ahead) {
   const char* p = reinterpret_cast<const char*>(block + ahead);
 #pragma GCC unroll 64
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// Part `part` of `parts` of the lines of the super-block after `block`: a tile calls it once in
+// each of `parts` steps of its loop over a super-block, so that the next one's 21 to 53 lines
+// are asked for a few at a time between the loads, instead of in one burst that fills the
+// core's queue of misses at the start of each super-block.
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_next_part(const Block* block, int part,
+                                                              int parts) {
+  constexpr int kLines = int((sizeof(Block) + 63) / 64);
+  const char* p = reinterpret_cast<const char*>(block + 1);
+  for (int line = part * kLines / parts; line < (part + 1) * kLines / parts; ++line)
+    _mm_prefetch(p + 64 * line, _MM_HINT_T0);
 }
 
 // A GGUF-layout row (past the last whole group) against Q8_K activations.
@@ -124,7 +136,6 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
@@ -137,6 +148,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
       const __m512i bit_hi = _mm512_set1_epi8(char(2 << (2 * p)));
 #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
+        prefetch_next_part(&x, 8 * p + u, 32);
         const __m512i raw = _mm512_loadu_si512(x.qs[p][u]);
         __m512i ql = _mm512_and_si512(raw, low4);
         __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
@@ -206,7 +218,6 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
-    prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
@@ -227,6 +238,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
         for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
+          prefetch_next_part(&x, 8 * t + u, 64);
           const __m512i ql = _mm512_loadu_si512(x.ql[h][kk % 2][u]);
           const __m512i qh = _mm512_loadu_si512(x.qh[h][u]);
           const __m512i lo = kk < 2 ? ql : _mm512_srli_epi16(ql, 4);
@@ -285,7 +297,6 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    prefetch_block(w + b, kPrefetchBlocks);
     __m512i isum[C], msum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
@@ -313,6 +324,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
         for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
+          prefetch_next_part(&x, 8 * t + u, 64);
           const __m512i raw = _mm512_loadu_si512(x.qs[h][u]);
           __m512i q = _mm512_and_si512(kk == 0 ? raw : _mm512_srli_epi16(raw, 2 * kk), low2);
           if constexpr (q3) {
