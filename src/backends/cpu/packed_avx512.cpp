@@ -100,10 +100,10 @@ inline __attribute__((always_inline)) void prefetch_block(const Block* block, in
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
-// Part `part` of `parts` of the lines of the super-block after `block`: a tile calls it once in
-// each of `parts` steps of its loop over a super-block, so that the next one's 21 to 53 lines
-// are asked for a few at a time between the loads, instead of in one burst that fills the
-// core's queue of misses at the start of each super-block.
+// Part `part` of `parts` of the lines of the super-block after `block`: a decode tile (one
+// column) calls it once in each of `parts` steps of its loop over a super-block, so that the
+// next one's 21 to 53 lines are asked for a few at a time between the loads, instead of in one
+// burst that fills the core's queue of misses at the start of each super-block.
 template <typename Block>
 inline __attribute__((always_inline)) void prefetch_next_part(const Block* block, int part,
                                                               int parts) {
@@ -136,6 +136,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
+    // Prompts (several columns) spend longer per super-block: one burst at its start is enough.
+    if constexpr (C > 1) prefetch_block(w + b, 1);
     __m512i isum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
@@ -148,7 +150,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
       const __m512i bit_hi = _mm512_set1_epi8(char(2 << (2 * p)));
 #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
-        prefetch_next_part(&x, 8 * p + u, 32);
+        if constexpr (C == 1) prefetch_next_part(&x, 8 * p + u, 32);
         const __m512i raw = _mm512_loadu_si512(x.qs[p][u]);
         __m512i ql = _mm512_and_si512(raw, low4);
         __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
@@ -218,6 +220,8 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
+    // Prompts (several columns) spend longer per super-block: one burst at its start is enough.
+    if constexpr (C > 1) prefetch_block(w + b, 1);
     __m512i isum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
@@ -238,7 +242,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
         for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
-          prefetch_next_part(&x, 8 * t + u, 64);
+          if constexpr (C == 1) prefetch_next_part(&x, 8 * t + u, 64);
           const __m512i ql = _mm512_loadu_si512(x.ql[h][kk % 2][u]);
           const __m512i qh = _mm512_loadu_si512(x.qh[h][u]);
           const __m512i lo = kk < 2 ? ql : _mm512_srli_epi16(ql, 4);
@@ -297,6 +301,8 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
+    // Prompts (several columns) spend longer per super-block: one burst at its start is enough.
+    if constexpr (C > 1) prefetch_block(w + b, 1);
     __m512i isum[C], msum[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) isum[c] = msum[c] = _mm512_setzero_si512();
@@ -324,7 +330,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
         for (int c = 0; c < C; ++c) first[c] = second[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
-          prefetch_next_part(&x, 8 * t + u, 64);
+          if constexpr (C == 1) prefetch_next_part(&x, 8 * t + u, 64);
           const __m512i raw = _mm512_loadu_si512(x.qs[h][u]);
           __m512i q = _mm512_and_si512(kk == 0 ? raw : _mm512_srli_epi16(raw, 2 * kk), low2);
           if constexpr (q3) {
