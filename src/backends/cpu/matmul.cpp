@@ -19,21 +19,44 @@ namespace ps::cpu {
 
 namespace {
 
+constexpr size_t kMaxSiblings = 8;
+
 // Constant weights with a packed layout: the packed tiles serve every column count, one column
-// (decode) included.
-void matmul_packed(Context& ctx, Tensor& node, const PackedKernel& pk) {
-  const Tensor& w = *node.src[0];
-  const Tensor& x = *node.src[1];
-  const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
-  const int rows = pk.gemm.rows;
-  const void* packed = ctx.packed->get(w, rows, *ctx.pool);
+// (decode) included. nodes (at most kMaxSiblings) multiply the same activations, kernels[j]
+// being the packed kernel of nodes[j]; all convert activations alike, so the activations are
+// converted once and one gemm_batch covers every product.
+void matmul_packed(Context& ctx, std::span<Tensor* const> nodes,
+                   const PackedKernel* const* kernels) {
+  const Tensor& x = *nodes[0]->src[1];
+  const int64_t K = x.ne[0], M = x.ne[1];
+  // Pack first (a first use packs with the pool), then convert the activations once.
+  const void* packed[kMaxSiblings];
+  for (size_t j = 0; j < nodes.size(); ++j)
+    packed[j] = ctx.packed->get(*nodes[j]->src[0], kernels[j]->gemm.rows, *ctx.pool);
+  const PackedKernel& pk = *kernels[0];
   const size_t act_stride = pk.act_row_bytes(K);
   char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
   ctx.pool->parallel_for(M, [&](int64_t m, int) {
     pk.act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride, K);
   });
-  gemm(*ctx.pool, pk.gemm, pk.tail_dot, K, N, M, packed, packed_layout(w.type, rows, K).row_bytes,
-       act, act_stride, static_cast<float*>(node.data), node.nb[1] / sizeof(float));
+  GemmProblem problems[kMaxSiblings];
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    Tensor& n = *nodes[j];
+    const Tensor& w = *n.src[0];
+    const PackedKernel& q = *kernels[j];
+    problems[j] = GemmProblem{&q.gemm,
+                              q.tail_dot,
+                              K,
+                              w.ne[1],
+                              M,
+                              packed[j],
+                              packed_layout(w.type, q.gemm.rows, K).row_bytes,
+                              act,
+                              act_stride,
+                              static_cast<float*>(n.data),
+                              n.nb[1] / sizeof(float)};
+  }
+  gemm_batch(*ctx.pool, std::span(problems, nodes.size()));
 }
 
 // The packed kernel a matmul would take, or null when it takes another path.
@@ -58,7 +81,6 @@ bool overlap(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 size_t matmul_siblings(Context& ctx, std::span<Tensor* const> nodes) {
-  constexpr size_t kMaxSiblings = 8;
   Tensor& first = *nodes[0];
   const PackedKernel* pk = packed_path(ctx, first);
   const Tensor& x = *first.src[1];
@@ -67,6 +89,7 @@ size_t matmul_siblings(Context& ctx, std::span<Tensor* const> nodes) {
     return 1;
   }
   Tensor* group[kMaxSiblings] = {&first};
+  const PackedKernel* kernels[kMaxSiblings] = {pk};
   size_t count = 1, ran = 1;
   for (size_t i = 1; i < nodes.size() && count < kMaxSiblings; ++i) {
     Tensor& n = *nodes[i];
@@ -80,44 +103,11 @@ size_t matmul_siblings(Context& ctx, std::span<Tensor* const> nodes) {
     bool clash = false;
     for (size_t j = 0; j < count; ++j) clash = clash || overlap(n, *group[j]);
     if (clash) break;
-    group[count++] = &n;
+    group[count] = &n;
+    kernels[count++] = q;
     ran = i + 1;
   }
-  if (count == 1) {
-    matmul(ctx, first);
-    return 1;
-  }
-  const int64_t K = x.ne[0], M = x.ne[1];
-  // Pack first (a first use packs with the pool), then convert the activations once.
-  const void* packed[kMaxSiblings];
-  for (size_t j = 0; j < count; ++j) {
-    const Tensor& w = *group[j]->src[0];
-    packed[j] = ctx.packed->get(w, packed_path(ctx, *group[j])->gemm.rows, *ctx.pool);
-  }
-  const size_t act_stride = pk->act_row_bytes(K);
-  char* act = static_cast<char*>(ctx.scratch_bytes(act_stride * size_t(M)));
-  ctx.pool->parallel_for(M, [&](int64_t m, int) {
-    pk->act_from_f32(reinterpret_cast<const float*>(row_ptr(x, m)), act + size_t(m) * act_stride,
-                     K);
-  });
-  GemmProblem problems[kMaxSiblings];
-  for (size_t j = 0; j < count; ++j) {
-    Tensor& n = *group[j];
-    const Tensor& w = *n.src[0];
-    const PackedKernel& q = *packed_path(ctx, n);
-    problems[j] = GemmProblem{&q.gemm,
-                              q.tail_dot,
-                              K,
-                              w.ne[1],
-                              M,
-                              packed[j],
-                              packed_layout(w.type, q.gemm.rows, K).row_bytes,
-                              act,
-                              act_stride,
-                              static_cast<float*>(n.data),
-                              n.nb[1] / sizeof(float)};
-  }
-  gemm_batch(*ctx.pool, std::span(problems, count));
+  matmul_packed(ctx, std::span(group, count), kernels);
   return ran;
 }
 
@@ -127,7 +117,10 @@ void matmul(Context& ctx, Tensor& node) {
   const int64_t K = w.ne[0], N = w.ne[1], M = x.ne[1];
   if (x.nb[0] != sizeof(float))
     throw BackendError(fmt::format("cpu matmul: activations {} are not contiguous rows", x.name));
-  if (const PackedKernel* pk = packed_path(ctx, node)) return matmul_packed(ctx, node, *pk);
+  if (const PackedKernel* pk = packed_path(ctx, node)) {
+    Tensor* const one[] = {&node};
+    return matmul_packed(ctx, one, &pk);
+  }
   const DotKernel& k = dot_kernel(w.type, ctx.isa);
 
   const char* act = nullptr;
