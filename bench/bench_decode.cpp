@@ -7,7 +7,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
-#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -19,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
+#include "random_floats.h"
 
 namespace {
 
@@ -35,13 +35,7 @@ constexpr Shape kShapes[] = {{kEmbd, kEmbd}, {kKv, kEmbd}, {kKv, kEmbd}, {kEmbd,
 constexpr std::pair<size_t, size_t> kBatches[] = {{0, 3}, {3, 1}, {4, 2}, {6, 1}};
 constexpr size_t kOutputOffset[] = {0, kEmbd, kEmbd + kKv, 0, 0, kFf, 0};
 
-std::vector<float> random_floats(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using ps::bench::random_floats;
 
 void decode_step(benchmark::State& state, ps::DType t, int threads) {
   const ps::cpu::PackedKernel* pk = ps::cpu::packed_kernel(t, ps::best_isa_level());

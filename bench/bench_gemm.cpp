@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "random_floats.h"
 
 namespace {
 
@@ -23,13 +23,7 @@ constexpr int64_t kK = 2048;  // row length
 constexpr int64_t kN = 2048;  // weight rows
 constexpr int64_t kM = 512;   // activation columns
 
-std::vector<float> random_floats(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using ps::bench::random_floats;
 
 const std::vector<uint8_t>& weights(ps::DType t) {
   static std::map<ps::DType, std::vector<uint8_t>> cache;

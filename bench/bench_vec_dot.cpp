@@ -5,13 +5,13 @@
 #include <benchmark/benchmark.h>
 
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/vec_dot.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "random_floats.h"
 
 namespace {
 
@@ -21,12 +21,7 @@ constexpr int64_t kRows = 4096;
 const std::vector<float>& random_floats(size_t n, unsigned seed) {
   static std::map<unsigned, std::vector<float>> cache;
   auto& v = cache[seed];
-  if (v.size() != n) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    v.resize(n);
-    for (float& x : v) x = normal(rng);
-  }
+  if (v.size() != n) v = ps::bench::random_floats(n, seed);
   return v;
 }
 
