@@ -239,6 +239,22 @@ std::vector<double> attention_reference(const float* qrow, int64_t hd, int64_t f
   return out;
 }
 
+// Asserts the attention output of query row `row` (token t, head h: t * n_head + h) against
+// attention_reference over cache positions [first, end), cache element i of position j being
+// k[at(j, i)] and v[at(j, i)] (fp16).
+template <typename At>
+void expect_row_matches_reference(const std::vector<float>& got, const std::vector<float>& q,
+                                  const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
+                                  int64_t row, int64_t hd, int64_t first, int64_t end, float scale,
+                                  const At& at) {
+  const std::vector<double> ref = attention_reference(
+      &q[size_t(row * hd)], hd, first, end, scale,
+      [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
+      [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
+  for (int64_t i = 0; i < hd; ++i)
+    ASSERT_NEAR(got[size_t(row * hd + i)], ref[size_t(i)], 2e-5) << "element " << i;
+}
+
 // Shapes: a group of 3 query heads per cache head (2 cache heads); one cache head for 8 query
 // heads with a head size off the vector steps and more tokens than one block of queries; plain
 // multi-head attention over many tokens; a group of 4 with a long prefix. Windows: none, one
@@ -274,13 +290,9 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
           const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
           const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
           const auto at = [&](int64_t j, int64_t i) { return size_t((j * n_kv + kvh) * hd + i); };
-          const std::vector<double> ref = attention_reference(
-              &q[size_t((t * n_head + h) * hd)], hd, first, end, scale,
-              [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
-              [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
-          for (int64_t i = 0; i < hd; ++i)
-            ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref[size_t(i)], 2e-5)
-                << "token " << t << " head " << h << " element " << i;
+          ASSERT_NO_FATAL_FAILURE(
+              expect_row_matches_reference(got, q, k, v, t * n_head + h, hd, first, end, scale, at))
+              << "token " << t << " head " << h;
         }
     }
   }
@@ -355,13 +367,9 @@ TEST_P(CpuOps, AttentionOverPerTokenPositionsAndPlanes) {
         const auto at = [&](int64_t j, int64_t i) {
           return size_t(((pl * slots + j % slots) * n_kv + kvh) * hd + i);
         };
-        const std::vector<double> ref = attention_reference(
-            &q[size_t((t * n_head + h) * hd)], hd, first, end, scale,
-            [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
-            [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
-        for (int64_t i = 0; i < hd; ++i)
-          ASSERT_NEAR(got[size_t((t * n_head + h) * hd + i)], ref[size_t(i)], 2e-5)
-              << "window " << window << " token " << t << " head " << h;
+        ASSERT_NO_FATAL_FAILURE(
+            expect_row_matches_reference(got, q, k, v, t * n_head + h, hd, first, end, scale, at))
+            << "window " << window << " token " << t << " head " << h;
       }
   }
   // A plane beyond the cache is an error, not a read past it.
