@@ -2,9 +2,8 @@
 // Memory for large arrays that kernels stream through (the CPU backend's packed weights): an
 // anonymous mapping that starts on a 2 MiB boundary and asks the kernel for transparent huge
 // pages (MADV_HUGEPAGE, which Linux honours in its default "madvise" mode). Streaming a matrix
-// through 4 KiB pages costs a TLB miss per page and restarts the hardware prefetcher at each
-// page edge; 2 MiB pages remove both. Where huge pages are not granted the mapping still works
-// with small ones. Pages are not cleared by us: the kernel hands out zero pages on first touch.
+// through 4 KiB pages costs a TLB miss per page; a 2 MiB page covers 512 of them. Where huge
+// pages are not granted the mapping still works with small ones. Pages are not cleared by us: the kernel hands out zero pages on first touch.
 #include <cstddef>
 
 namespace ps {
