@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -134,6 +135,38 @@ TEST_P(RowOpsLevels, ActivationsSaturateWithoutOverflow) {
     const float want = x[i] > 0 ? x[i] : 0.0f;
     EXPECT_EQ(s[i], want) << "silu(" << x[i] << ")";
     EXPECT_EQ(gl[i], want) << "gelu(" << x[i] << ")";
+  }
+}
+
+// Softmax's exponentials: out = e^(x scale - shift) with shift the maximum, and their sum, also
+// in place; scores far below the maximum come out 0.
+TEST_P(RowOpsLevels, ExpSumMatchesTheReference) {
+  for (int64_t n : kLengths) {
+    auto x = test_values(n, uint32_t(n + 11), false);
+    x[size_t(n / 2)] = -1e30f;  // a score that underflows whatever the shift
+    const float scale = 0.37f;
+    float shift = -INFINITY;
+    for (float v : x) shift = std::max(shift, v * scale);
+    std::vector<float> out(size_t(n) + 1, kCanary);
+    const double sum = ops_->exp_sum(x.data(), scale, shift, out.data(), n);
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double arg = double(x[size_t(i)] * scale) - double(shift);
+      const double want = std::exp(arg);
+      want_sum += want;
+      // The argument's rounding is relative to its larger operand.
+      expect_close(out[size_t(i)], want,
+                   std::max(std::fabs(x[size_t(i)] * scale), std::fabs(shift)),
+                   "n=" + std::to_string(n) + " i=" + std::to_string(i) +
+                       " x=" + std::to_string(x[size_t(i)]));
+    }
+    EXPECT_EQ(out[size_t(n)], kCanary) << "wrote past the row, n=" << n;
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << "n=" << n;
+    std::vector<float> in_place(x);
+    EXPECT_EQ(ops_->exp_sum(in_place.data(), scale, shift, in_place.data(), n), sum);
+    in_place.resize(size_t(n));
+    out.resize(size_t(n));
+    EXPECT_EQ(in_place, out) << "in place, n=" << n;
   }
 }
 

@@ -64,7 +64,12 @@ TEST(Session, AContextOfNTakesExactlyNPositions) {
 }
 
 // KV state carried across separate eval calls: pieces of 1, 3, 2, 5, 4, ... tokens give every
-// position the logits one evaluation of the whole prompt gives.
+// position the logits one evaluation of the whole prompt gives. Not to the bit: pieces reach
+// some scores through other kernels (a row dot where a whole block takes a tile), and the F16
+// cache turns a difference of one float ulp in a key or value into one of a whole F16 step
+// (2^-11) where the rounding flips. Measured: up to 1.0e-4 of the largest logit, whichever
+// ulp-level change (a vectorised silu or softmax exp) moved a rounding; a cache read at the
+// wrong position or a stale entry moves them by far more.
 TEST(Session, UnevenPiecesMatchOneEvaluation) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
@@ -93,7 +98,7 @@ TEST(Session, UnevenPiecesMatchOneEvaluation) {
       const double d = std::fabs(double(got[i]) - double(want[i]));
       if (d > worst) worst = d, worst_at = i;
     }
-    EXPECT_LT(worst / scale, 1e-4) << "batch " << n_batch << ": position "
+    EXPECT_LT(worst / scale, 1e-3) << "batch " << n_batch << ": position "
                                    << worst_at / size_t(n_vocab) << " differs by " << worst;
   }
 }

@@ -19,6 +19,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/row_ops.h"
 #include "backends/cpu/vec_dot.h"
 #include "core/error.h"
 #include "graph/ops.h"
@@ -61,6 +62,7 @@ void attention(Context& ctx, Tensor& node) {
                     "float type",
                     kc.name, dtype_name(kc.type), vc.name, dtype_name(vc.type)));
   const GemmKernel* tiles = gemm_kernel(kc.type, ctx.isa);
+  const RowOps& rows = row_ops(ctx.isa);
 
   if (tok)
     for (int64_t t = 0; t < n_tokens; ++t)
@@ -156,12 +158,9 @@ void attention(Context& ctx, Tensor& node) {
       const int64_t f = first(i) - lo, e = end(i) - lo;
       float mx = -INFINITY;
       for (int64_t j = f; j < e; ++j) mx = std::max(mx, p[j] * scale);
-      double sum = 0;
-      for (int64_t j = 0; j < span; ++j) {
-        p[j] = j >= f && j < e ? std::exp(p[j] * scale - mx) : 0.0f;
-        sum += p[j];
-      }
-      inv[size_t(i)] = float(1.0 / sum);
+      std::fill(p, p + f, 0.0f);
+      std::fill(p + e, p + span, 0.0f);
+      inv[size_t(i)] = float(1.0 / rows.exp_sum(p + f, scale, mx, p + f, e - f));
     }
 
     // V rows in position order; a ring's wrap splits them into two calls that continue the

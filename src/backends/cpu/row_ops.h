@@ -1,8 +1,8 @@
 #pragma once
 // Row loops of the element-wise ops that cost more than a load and a store per element: the
-// sigmoid-based activations (one exp each) and F32 -> F16 conversion (keys and values into the
-// KV cache). A decode step runs them on one row each, between matmuls that the threads share,
-// so their speed on one thread counts. Each ISA level has its own translation unit
+// sigmoid-based activations and softmax (one exp each) and F32 -> F16 conversion (keys and values
+// into the KV cache). A decode step runs them on one row each, between matmuls that the threads
+// share, so their speed on one thread counts. Each ISA level has its own translation unit
 // (row_ops_avx2.cpp, row_ops_avx512.cpp); the scalar level is the reference.
 #include <cstdint>
 
@@ -15,6 +15,9 @@ struct RowOps {
   void (*silu)(const float* x, const float* g, float* out, int64_t n);
   // out[i] = gelu(x[i]), the tanh approximation 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
   void (*gelu)(const float* x, float* out, int64_t n);
+  // out[i] = e^(x[i] * scale - shift) for a shift at least every x[i] * scale (softmax's
+  // maximum), so no argument is positive; returns the sum of the out[i].
+  double (*exp_sum)(const float* x, float scale, float shift, float* out, int64_t n);
   // Round to nearest even, as f32_to_fp16.
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
 };

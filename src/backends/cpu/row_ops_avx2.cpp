@@ -93,6 +93,30 @@ void gelu_row(const float* x, float* out, int64_t n) {
   rows_of_8(n, [&](int64_t i, int count) { store(out + i, gelu(load(x + i, count)), count); });
 }
 
+// The sum in 8 float lanes, added up in double at the end.
+double exp_sum_row(const float* x, float scale, float shift, float* out, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  rows_of_8(n, [&](int64_t i, int count) {
+    // A rounding may leave an argument a hair above 0: clamp it (a NaN is kept).
+    const __m256 arg = _mm256_fmsub_ps(load(x + i, count), vs, vshift);
+    __m256 e = exp_nonpositive(_mm256_min_ps(_mm256_setzero_ps(), arg));
+    if (count < 8) {  // the padding's lanes are not part of the row
+      alignas(32) int32_t keep[8];
+      for (int l = 0; l < 8; ++l) keep[l] = l < count ? -1 : 0;
+      e = _mm256_and_ps(e,
+                        _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(keep))));
+    }
+    sum = _mm256_add_ps(sum, e);
+    store(out + i, e, count);
+  });
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  double total = 0;
+  for (float l : lanes) total += l;
+  return total;
+}
+
 void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   rows_of_8(n, [&](int64_t i, int count) {
     const __m128i h = _mm256_cvtps_ph(load(x + i, count), _MM_FROUND_TO_NEAREST_INT);
@@ -103,7 +127,7 @@ void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   });
 }
 
-constexpr RowOps kAvx2{silu_row, gelu_row, f32_to_f16_row};
+constexpr RowOps kAvx2{silu_row, gelu_row, exp_sum_row, f32_to_f16_row};
 
 }  // namespace
 

@@ -71,6 +71,25 @@ void gelu_row(const float* x, float* out, int64_t n) {
   });
 }
 
+// The sum in 16 float lanes, added up in double at the end.
+double exp_sum_row(const float* x, float scale, float shift, float* out, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  rows_of_16(n, [&](int64_t i, __mmask16 m) {
+    const __m512 arg = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + i), vs, vshift);
+    // A rounding may leave an argument a hair above 0: clamp it (a NaN is kept).
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp_nonpositive(_mm512_maskz_min_ps(m, _mm512_setzero_ps(), arg)));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_mask_storeu_ps(out + i, m, e);
+  });
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  double total = 0;
+  for (float l : lanes) total += l;
+  return total;
+}
+
 void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   rows_of_16(n, [&](int64_t i, __mmask16 m) {
     const __m256i h =
@@ -79,7 +98,7 @@ void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   });
 }
 
-constexpr RowOps kAvx512{silu_row, gelu_row, f32_to_f16_row};
+constexpr RowOps kAvx512{silu_row, gelu_row, exp_sum_row, f32_to_f16_row};
 
 }  // namespace
 

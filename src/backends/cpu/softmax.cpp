@@ -1,8 +1,8 @@
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/row_ops.h"
 
 namespace ps::cpu {
 
@@ -12,6 +12,7 @@ void softmax(Context& ctx, Tensor& node) {
   const int64_t n = x.ne[0];
   const float scale = node.fparams[0];
   const int32_t causal = node.iparams[0];
+  const RowOps& rows = row_ops(ctx.isa);
   ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
     const RowIndex at = row_index(x, r);
     const float* in = reinterpret_cast<const float*>(row_ptr(x, at));
@@ -19,11 +20,7 @@ void softmax(Context& ctx, Tensor& node) {
     const int64_t visible = causal >= 0 ? std::min<int64_t>(n, at.i1 + causal + 1) : n;
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, in[j] * scale);
-    double sum = 0;
-    for (int64_t j = 0; j < visible; ++j) {
-      out[j] = std::exp(in[j] * scale - mx);
-      sum += out[j];
-    }
+    const double sum = rows.exp_sum(in, scale, mx, out, visible);
     const float inv = float(1.0 / sum);
     for (int64_t j = 0; j < visible; ++j) out[j] *= inv;
     for (int64_t j = visible; j < n; ++j) out[j] = 0.0f;
