@@ -203,6 +203,18 @@ inline __attribute__((always_inline)) void prefetch_next(const Block* block) {
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// Part `part` of `parts` of the next block's lines. The k-quant decode tiles (one column) ask
+// for the next super-block a few lines per step of their first half's loop: the whole block
+// at once is a burst of 21-53 misses that fills the core's miss queue while the tile waits.
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_next_part(const Block* block, int part,
+                                                              int parts) {
+  constexpr int kLines = int((sizeof(Block) + 63) / 64);
+  const char* p = reinterpret_cast<const char*>(block + 1);
+  for (int line = part * kLines / parts; line < (part + 1) * kLines / parts; ++line)
+    _mm_prefetch(p + 64 * line, _MM_HINT_T0);
+}
+
 void act_q8_k(const float* x, void* dst, int64_t n) {
   dot_kernel_kquants_avx2(DType::Q4_K)->act_from_f32(x, dst, n);
 }
@@ -334,7 +346,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_next(w + b);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int r0 = 8 * h;
@@ -353,6 +365,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
           for (int c = 0; c < C; ++c) lo[c] = hi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
           for (int u = u0; u < u0 + kSpan; ++u) {
+            if constexpr (C == 1)
+              if (h == 0) prefetch_next_part(&x, 8 * p + u, 32);
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
             __m256i ql = _mm256_and_si256(raw, low4);
@@ -421,7 +435,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
-    prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_next(w + b);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;
@@ -463,6 +477,8 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
             s16[0][c] = s16[1][c] = s16[2][c] = s16[3][c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
           for (int u = u0; u < u0 + kSpan; ++u) {
+            if constexpr (C == 1)
+              if (half == 0) prefetch_next_part(&x, 8 * h + u, 16);
             const __m256i ql0 =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][0][u][r0]));
             const __m256i ql1 =
@@ -524,7 +540,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_next(w + b);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;
@@ -565,6 +581,8 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
           for (int c = 0; c < C; ++c) first[c] = second[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
           for (int u = 0; u < 8; ++u) {
+            if constexpr (C == 1)
+              if (half == 0) prefetch_next_part(&x, 32 * h + 8 * kk + u, 64);
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
             __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
