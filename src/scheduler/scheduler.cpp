@@ -271,11 +271,13 @@ std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tens
                                             std::unordered_map<Tensor*, size_t>& offset) const {
   const auto& nodes = graph.nodes();
   std::unordered_map<Tensor*, size_t> last_use;
+  last_use.reserve(graph.all().size());
+  offset.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i)
     for (Tensor* s : nodes[i]->src)
       if (s) last_use[storage_root(s)] = i;
-  std::set<Tensor*> keep;
-  for (Tensor* o : outputs) keep.insert(storage_root(o));
+  std::vector<Tensor*> keep;
+  for (Tensor* o : outputs) keep.push_back(storage_root(o));
 
   std::vector<OffsetAllocator> alloc(devices_.size());
   // Tensors to release after node i has run.
@@ -285,7 +287,8 @@ std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tens
     if (n->op != OpKind::View && n->op != OpKind::Copy) {
       offset[n] = alloc[size_t(n->device)].alloc(n->n_bytes());
       auto lu = last_use.find(n);
-      if (!keep.count(n)) release_after[lu == last_use.end() ? i : lu->second].push_back(n);
+      if (std::find(keep.begin(), keep.end(), n) == keep.end())
+        release_after[lu == last_use.end() ? i : lu->second].push_back(n);
     }
     for (Tensor* t : release_after[i]) alloc[size_t(t->device)].release(offset[t], t->n_bytes());
   }
