@@ -197,6 +197,52 @@ TEST_P(CpuOps, RopeNormalAndNeoX) {
   }
 }
 
+// The device keeps rope's angles while positions and parameters repeat (the q and k of every
+// layer): each run on one device must still see its own positions, base, scale and factors.
+TEST_P(CpuOps, RopeAnglesFollowEachRunsPositionsAndParameters) {
+  Runner r(GetParam());
+  const int64_t hd = 8, heads = 2, T = 3;
+  const int n_rot = 8;
+  auto x = random_floats(size_t(hd * heads * T), 12);
+  struct Run {
+    std::vector<int32_t> pos;
+    float base, scale;
+    std::vector<float> factors;  // empty: none
+  };
+  const std::vector<Run> runs = {{{5, 6, 7}, 10000.0f, 1.0f, {}},
+                                 {{5, 6, 7}, 10000.0f, 1.0f, {}},
+                                 {{5, 6, 7}, 500.0f, 1.0f, {}},
+                                 {{5, 6, 7}, 500.0f, 0.5f, {}},
+                                 {{8, 6, 7}, 500.0f, 0.5f, {}},
+                                 {{8, 6, 7}, 500.0f, 0.5f, {1.0f, 2.0f, 4.0f, 8.0f}},
+                                 {{8, 6, 7}, 500.0f, 0.5f, {1.0f, 3.0f, 4.0f, 8.0f}},
+                                 {{8, 6}, 500.0f, 0.5f, {}}};
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const Run& run = runs[k];
+    const int64_t n_tok = int64_t(run.pos.size());
+    Graph g;
+    Tensor* xt = g.leaf("x", DType::F32, {hd, heads, n_tok, 1}, x.data());
+    Tensor* pt = g.leaf("p", DType::I32, {n_tok, 1, 1, 1}, const_cast<int32_t*>(run.pos.data()));
+    Tensor* ft = run.factors.empty() ? nullptr
+                                     : g.leaf("f", DType::F32, {n_rot / 2, 1, 1, 1},
+                                              const_cast<float*>(run.factors.data()));
+    auto got = r.run(g, g.rope(xt, pt, n_rot, run.base, run.scale, RopeMode::Normal, ft));
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int i = 0; i < n_rot / 2; ++i) {
+          double th =
+              run.pos[size_t(t)] * double(run.scale) * std::pow(double(run.base), -2.0 * i / n_rot);
+          if (!run.factors.empty()) th /= run.factors[size_t(i)];
+          const float* in = x.data() + (t * heads + h) * hd;
+          const float* out = got.data() + (t * heads + h) * hd;
+          EXPECT_NEAR(out[2 * i], in[2 * i] * std::cos(th) - in[2 * i + 1] * std::sin(th), 1e-5)
+              << "run " << k << " token " << t << " pair " << i;
+          EXPECT_NEAR(out[2 * i + 1], in[2 * i] * std::sin(th) + in[2 * i + 1] * std::cos(th), 1e-5)
+              << "run " << k << " token " << t << " pair " << i;
+        }
+  }
+}
+
 TEST_P(CpuOps, SoftmaxWithAndWithoutCausalMask) {
   Runner r(GetParam());
   const int64_t n = 19, rows = 6;

@@ -13,11 +13,22 @@ namespace ps::cpu {
 
 class PackedWeights;
 
+// rope's cos and sin per token and rotated pair, kept while the positions and the parameters
+// stay the same: the q and k of every layer of one step share them.
+struct RopeTable {
+  std::vector<int32_t> pos;
+  int n_rot = -1;
+  double base = 0, freq_scale = 0, mscale = 0;
+  std::vector<float> factors;
+  std::vector<float> cs;  // token t, pair i: cs[(t * n_rot / 2 + i) * 2 + {0: cos, 1: sin}]
+};
+
 struct Context {
   ThreadPool* pool = nullptr;
   IsaLevel isa = IsaLevel::Scalar;
   PackedWeights* packed = nullptr;     // the device's packed weights; null: never pack
   std::vector<unsigned char> scratch;  // grown on demand (activation quantization, ...)
+  RopeTable rope;
   void* scratch_bytes(size_t n) {
     if (scratch.size() < n) scratch.resize(n);
     return scratch.data();
