@@ -170,6 +170,19 @@ TEST_P(RowOpsLevels, ExpSumMatchesTheReference) {
   }
 }
 
+// Squares of floats are exact in double; only the order of the additions differs.
+TEST_P(RowOpsLevels, SumOfSquaresMatchesTheReference) {
+  for (int64_t n : kLengths) {
+    const auto x = test_values(n, uint32_t(n + 21), false);
+    long double want = 0;
+    for (float v : x) want += (long double)v * v;
+    EXPECT_NEAR(ops_->sum_squares(x.data(), n), double(want), 1e-14 * double(want)) << "n=" << n;
+  }
+  const float big[3] = {1e30f, -3e38f, 2.0f};  // squares far beyond float's range
+  const double want = double(big[1]) * big[1] + double(big[0]) * big[0] + 4.0;
+  EXPECT_NEAR(ops_->sum_squares(big, 3), want, 1e-15 * want);
+}
+
 TEST_P(RowOpsLevels, F32ToF16IsBitExact) {
   std::mt19937 rng(99);
   for (int64_t n : kLengths) {

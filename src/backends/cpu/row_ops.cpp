@@ -35,11 +35,17 @@ double exp_sum_row(const float* x, float scale, float shift, float* out, int64_t
   return sum;
 }
 
+double sum_squares_row(const float* x, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  return sum;
+}
+
 void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_fp16(x[i]);
 }
 
-constexpr RowOps kScalar{silu_row, gelu_row, exp_sum_row, f32_to_f16_row};
+constexpr RowOps kScalar{silu_row, gelu_row, exp_sum_row, sum_squares_row, f32_to_f16_row};
 
 }  // namespace
 

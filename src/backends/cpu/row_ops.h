@@ -1,6 +1,7 @@
 #pragma once
 // Row loops of the element-wise ops that cost more than a load and a store per element: the
-// sigmoid-based activations and softmax (one exp each) and F32 -> F16 conversion (keys and values
+// sigmoid-based activations and softmax (one exp each), rms_norm's sum of squares (a chain of
+// dependent double adds when written as a loop) and F32 -> F16 conversion (keys and values
 // into the KV cache). A decode step runs them on one row each, between matmuls that the threads
 // share, so their speed on one thread counts. Each ISA level has its own translation unit
 // (row_ops_avx2.cpp, row_ops_avx512.cpp); the scalar level is the reference.
@@ -18,6 +19,8 @@ struct RowOps {
   // out[i] = e^(x[i] * scale - shift) for a shift at least every x[i] * scale (softmax's
   // maximum), so no argument is positive; returns the sum of the out[i].
   double (*exp_sum)(const float* x, float scale, float shift, float* out, int64_t n);
+  // The sum of x[i]^2 in double (rms_norm's): exact products, summed in four or more chains.
+  double (*sum_squares)(const float* x, int64_t n);
   // Round to nearest even, as f32_to_fp16.
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
 };

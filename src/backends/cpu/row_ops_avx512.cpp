@@ -90,6 +90,27 @@ double exp_sum_row(const float* x, float scale, float shift, float* out, int64_t
   return total;
 }
 
+// Four chains of 8 doubles; lanes past the row load as zeros and add nothing.
+double sum_squares_row(const float* x, int64_t n) {
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+                    _mm512_setzero_pd()};
+  int chain = 0;
+  rows_of_16(n, [&](int64_t i, __mmask16 m) {
+    const __m512d lo = _mm512_maskz_cvtps_pd(0xff, _mm256_maskz_loadu_ps(__mmask8(m), x + i));
+    const __m512d hi =
+        _mm512_maskz_cvtps_pd(0xff, _mm256_maskz_loadu_ps(__mmask8(m >> 8), x + i + 8));
+    acc[chain] = _mm512_fmadd_pd(lo, lo, acc[chain]);
+    acc[chain + 1] = _mm512_fmadd_pd(hi, hi, acc[chain + 1]);
+    chain ^= 2;
+  });
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes,
+                  _mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+  double total = 0;
+  for (double l : lanes) total += l;
+  return total;
+}
+
 void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   rows_of_16(n, [&](int64_t i, __mmask16 m) {
     const __m256i h =
@@ -98,7 +119,7 @@ void f32_to_f16_row(const float* x, uint16_t* out, int64_t n) {
   });
 }
 
-constexpr RowOps kAvx512{silu_row, gelu_row, exp_sum_row, f32_to_f16_row};
+constexpr RowOps kAvx512{silu_row, gelu_row, exp_sum_row, sum_squares_row, f32_to_f16_row};
 
 }  // namespace
 
