@@ -1,9 +1,12 @@
 // Every CPU kernel against a plain scalar reference, on random data of awkward shapes, through
 // the same graph + scheduler path the engine uses, with 1 and 3 threads.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -452,6 +455,42 @@ TEST_P(CpuOps, CopyConvertsIntoAStridedView) {
     EXPECT_EQ(dst[0], 0xAB);  // rows outside the view are untouched
     EXPECT_EQ(dst.back(), 0xAB);
   }
+}
+
+// POLYSTACK_PROFILE_OPS=1: the device prints each op kind's calls and time when it is closed;
+// without it, nothing.
+TEST(CpuProfile, PrintsEachOpKindWhenTheDeviceCloses) {
+  const int64_t n = 300;
+  auto x = random_floats(size_t(n * 2), 18);
+  auto w = random_floats(size_t(n), 19);
+  const auto run_once = [&] {
+    Runner r(2);
+    for (int i = 0; i < 3; ++i) {
+      Graph g;
+      Tensor* xt = g.leaf("x", DType::F32, {n, 2, 1, 1}, x.data());
+      Tensor* wt = g.leaf("w", DType::F32, {n, 1, 1, 1}, w.data());
+      r.run(g, g.silu(g.mul(g.rms_norm(xt, 1e-5f), wt)));
+    }
+  };
+  const char* old = std::getenv("POLYSTACK_PROFILE_OPS");
+  const std::string saved = old ? old : "";
+  setenv("POLYSTACK_PROFILE_OPS", "1", 1);
+  testing::internal::CaptureStderr();
+  run_once();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  unsetenv("POLYSTACK_PROFILE_OPS");
+  testing::internal::CaptureStderr();
+  run_once();
+  const std::string quiet = testing::internal::GetCapturedStderr();
+  if (old) setenv("POLYSTACK_PROFILE_OPS", saved.c_str(), 1);
+  for (const char* op : {"rms_norm", "mul", "silu"}) {
+    const size_t at = printed.find(fmt::format("polystack: cpu op {:<10}", op));
+    ASSERT_NE(at, std::string::npos) << op << " missing from:\n" << printed;
+    EXPECT_NE(printed.substr(at, printed.find('\n', at) - at).find(" 3 calls "), std::string::npos)
+        << printed;
+  }
+  EXPECT_EQ(printed.find("matmul"), std::string::npos) << "an op that never ran:\n" << printed;
+  EXPECT_EQ(quiet, "");
 }
 
 TEST(Scheduler, ReusesMemoryOfDeadIntermediates) {

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -10,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/packed.h"
@@ -80,9 +85,47 @@ DeviceInfo cpu_device_info(int threads) {
   return d;
 }
 
+// POLYSTACK_PROFILE_OPS=1: the device times its ops by kind (a batch of sibling matmuls is one
+// matmul call) and prints the totals to stderr when it is closed, slowest kind first.
+class OpProfile {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static std::unique_ptr<OpProfile> from_environment() {
+    const char* v = std::getenv("POLYSTACK_PROFILE_OPS");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return nullptr;
+    return std::make_unique<OpProfile>();
+  }
+  void add(OpKind op, Clock::duration t) {
+    auto& k = kinds_[size_t(op)];
+    k.calls += 1;
+    k.time += t;
+  }
+  ~OpProfile() {
+    std::vector<size_t> order;
+    for (size_t k = 0; k < kinds_.size(); ++k)
+      if (kinds_[k].calls && OpKind(k) != OpKind::View && OpKind(k) != OpKind::None)
+        order.push_back(k);
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return kinds_[a].time > kinds_[b].time; });
+    for (size_t k : order) {
+      const double us = std::chrono::duration<double, std::micro>(kinds_[k].time).count();
+      fmt::print(stderr, "polystack: cpu op {:<10} {:>8} calls {:>10.1f} ms {:>9.2f} us each\n",
+                 op_name(OpKind(k)), kinds_[k].calls, us / 1000, us / double(kinds_[k].calls));
+    }
+  }
+
+ private:
+  struct Kind {
+    uint64_t calls = 0;
+    Clock::duration time{};
+  };
+  std::array<Kind, size_t(OpKind::Count)> kinds_{};
+};
+
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int threads) : pool_(threads), info_(cpu_device_info(threads)) {
+  explicit CpuDevice(int threads)
+      : pool_(threads), info_(cpu_device_info(threads)), profile_(OpProfile::from_environment()) {
     ctx_.pool = &pool_;
     ctx_.isa = active_isa_level();
     ctx_.packed = &packed_;
@@ -120,10 +163,14 @@ class CpuDevice final : public Device {
 
   void execute(std::span<Tensor* const> nodes) override {
     for (size_t i = 0; i < nodes.size();) {
-      if (nodes[i]->op == OpKind::MatMul)
+      const OpKind op = nodes[i]->op;
+      const OpProfile::Clock::time_point start =
+          profile_ ? OpProfile::Clock::now() : OpProfile::Clock::time_point{};
+      if (op == OpKind::MatMul)
         i += cpu::matmul_siblings(ctx_, nodes.subspan(i));
       else
         run(*nodes[i++]);
+      if (profile_) profile_->add(op, OpProfile::Clock::now() - start);
     }
   }
   void synchronize() override {}
@@ -165,6 +212,7 @@ class CpuDevice final : public Device {
   DeviceInfo info_;
   cpu::PackedWeights packed_;
   cpu::Context ctx_;
+  std::unique_ptr<OpProfile> profile_;  // null unless POLYSTACK_PROFILE_OPS is set
 };
 
 class CpuBackend final : public Backend {
