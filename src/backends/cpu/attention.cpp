@@ -10,6 +10,8 @@
 // once per query, with no horizontal sum per score; the weighted sum of V rows likewise
 // converts each row once for every query of the block (DotKernel::weighted_sum). Positions a
 // query may not see (later tokens of the block, or before its window) get probability 0.
+//
+// Decoding (one token per block) splits the positions instead: see the decode path below.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,6 +32,9 @@ namespace {
 // Queries of one task: enough that a K or V row serves many, few enough that their scores and
 // sums stay in the L1 and L2 caches.
 constexpr int64_t kQueriesPerTask = 16;
+// Cache positions per task when decoding (one token per block): a run's K and V rows of every
+// cache head, read in address order.
+constexpr int64_t kDecodeRun = 64;
 // Tasks per thread wanted before a block takes every head of its cache head.
 constexpr int64_t kTasksPerThread = 2;
 
@@ -83,6 +88,142 @@ void attention(Context& ctx, Tensor& node) {
       blocks.push_back({t, t, plane_of(t)});
     blocks.back().t1 = t + 1;
   }
+  const auto visible_from = [&](int64_t end) {
+    return window > 0 ? std::max<int64_t>(0, end - window) : int64_t(0);
+  };
+
+  const size_t k_stride = kc.nb[2], v_stride = vc.nb[2];
+  const size_t k_row_bytes = size_t(hd) * kc.nb[0];
+  const int64_t R = tiles ? tiles->rows : 1;
+  // Scores of nq queries (rows hd floats apart) against cache head kvh's K rows at positions
+  // [from, to) of a plane: scores[i * stride + j - from]. By groups of the tile's rows at
+  // positions that are multiples of its row count, so a score is computed the same way whatever
+  // block, run of positions or ring layout it is reached through; a group split by the ring's
+  // wrap is gathered into consecutive rows first. Positions outside whole groups take the row
+  // dot.
+  const auto score = [&](int64_t kvh, int64_t plane, int64_t from, int64_t to, const float* queries,
+                         int nq, float* scores, size_t stride, std::vector<char>& gathered) {
+    const auto k_row = [&](int64_t j) {
+      return static_cast<const char*>(row_ptr(kc, kvh, j % slots, plane));
+    };
+    for (int64_t j = from; j < to;) {
+      if (!tiles || j % R != 0 || j + R > to) {
+        for (int i = 0; i < nq; ++i)
+          scores[size_t(i) * stride + size_t(j - from)] =
+              kdot.dot(hd, k_row(j), queries + size_t(i * hd));
+        ++j;
+        continue;
+      }
+      const char* w = k_row(j);
+      size_t w_stride = k_stride;
+      if (j % slots + R > slots) {
+        gathered.resize(size_t(R) * k_row_bytes);
+        for (int64_t r = 0; r < R; ++r)
+          std::memcpy(&gathered[size_t(r) * k_row_bytes], k_row(j + r), k_row_bytes);
+        w = gathered.data();
+        w_stride = k_row_bytes;
+      }
+      for (int i = 0; i < nq; i += tiles->cols) {
+        const int width = std::min(tiles->cols, nq - i);
+        tiles->tiles[width - 1](hd, w, w_stride, queries + size_t(i * hd),
+                                size_t(hd) * sizeof(float),
+                                scores + size_t(i) * stride + size_t(j - from), stride);
+      }
+      j += R;
+    }
+  };
+  // sums[i * hd + d] += p[i * p_stride + j - from] * V[j][d] over positions [from, to), in
+  // position order; a ring's wrap splits them into two calls that continue the same sums.
+  const auto weigh = [&](int64_t kvh, int64_t plane, int64_t from, int64_t to, const float* p,
+                         size_t p_stride, int nq, float* sums) {
+    for (int64_t a = from; a < to;) {
+      const int64_t c = std::min(to, a + slots - a % slots);
+      vsum(hd, c - a, p + (a - from), p_stride, nq, row_ptr(vc, kvh, a % slots, plane), v_stride,
+           sums, size_t(hd));
+      a = c;
+    }
+  };
+
+  // Decoding (one token per block): a task takes a run of kDecodeRun positions of one block for
+  // every cache head. A position's K (and V) rows of all heads lie together, so the run is one
+  // stretch of memory, asked for in address order at the task's start, where one head's rows
+  // alone lie a whole cache row apart and stream at a fraction of the bandwidth. Each query
+  // gets a partial softmax over the run (its maximum, its sum, its weighted V sum); the runs are
+  // merged in position order, so the result does not depend on the number of threads.
+  std::vector<int64_t> first_run(blocks.size() + 1, 0);
+  bool decode = true;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    decode = decode && blocks[bi].t1 - blocks[bi].t0 == 1;
+    const int64_t end = position(blocks[bi].t0) + 1;
+    first_run[bi + 1] = first_run[bi] + (end - visible_from(end) + kDecodeRun - 1) / kDecodeRun;
+  }
+  if (decode) {
+    const int64_t runs = first_run.back();
+    // Per (run, head): the maximum, the sum and hd weighted sums.
+    const size_t part = size_t(hd) + 2;
+    std::vector<float> parts(size_t(runs) * size_t(n_head) * part);
+    ctx.pool->parallel_for(runs, [&](int64_t task, int) {
+      const size_t bi = size_t(std::upper_bound(first_run.begin(), first_run.end(), task) -
+                               first_run.begin() - 1);
+      const TokenBlock& b = blocks[bi];
+      const int64_t end = position(b.t0) + 1, lo = visible_from(end);
+      const int64_t from = lo + (task - first_run[bi]) * kDecodeRun;
+      const int64_t to = std::min(end, from + kDecodeRun), n = to - from;
+      for (const Tensor* cache : {&kc, &vc})
+        for (int64_t a = from; a < to;) {  // a ring's wrap splits the run in two
+          const int64_t c = std::min(to, a + slots - a % slots);
+          const char* p = static_cast<const char*>(row_ptr(*cache, 0, a % slots, b.plane));
+          for (size_t o = 0; o < size_t(c - a) * cache->nb[2]; o += 64)
+            __builtin_prefetch(p + o, 0, 2);  // into L2
+          a = c;
+        }
+      thread_local std::vector<float> queries, scores, sums;
+      thread_local std::vector<char> gathered;
+      queries.resize(size_t(group * hd));
+      scores.resize(size_t(group * n));
+      sums.resize(size_t(group * hd));
+      for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
+        for (int64_t i = 0; i < group; ++i)
+          std::memcpy(&queries[size_t(i * hd)], row_ptr(q, kvh * group + i, b.t0),
+                      size_t(hd) * sizeof(float));
+        score(kvh, b.plane, from, to, queries.data(), int(group), scores.data(), size_t(n),
+              gathered);
+        std::fill(sums.begin(), sums.end(), 0.0f);
+        float* out = &parts[(size_t(task) * size_t(n_head) + size_t(kvh * group)) * part];
+        for (int64_t i = 0; i < group; ++i) {
+          float* p = scores.data() + size_t(i * n);
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
+          out[size_t(i) * part] = mx;
+          out[size_t(i) * part + 1] = float(rows.exp_sum(p, scale, mx, p, n));
+        }
+        weigh(kvh, b.plane, from, to, scores.data(), size_t(n), int(group), sums.data());
+        for (int64_t i = 0; i < group; ++i)
+          std::memcpy(&out[size_t(i) * part + 2], &sums[size_t(i * hd)],
+                      size_t(hd) * sizeof(float));
+      }
+    });
+    for (size_t bi = 0; bi < blocks.size(); ++bi)
+      for (int64_t h = 0; h < n_head; ++h) {
+        const auto at = [&](int64_t r) {
+          return &parts[(size_t(r) * size_t(n_head) + size_t(h)) * part];
+        };
+        float mx = -INFINITY;
+        for (int64_t r = first_run[bi]; r < first_run[bi + 1]; ++r) mx = std::max(mx, at(r)[0]);
+        float* out = reinterpret_cast<float*>(row_ptr(node, h, blocks[bi].t0));
+        std::fill(out, out + hd, 0.0f);
+        double sum = 0;
+        for (int64_t r = first_run[bi]; r < first_run[bi + 1]; ++r) {
+          const float w = std::exp(at(r)[0] - mx);
+          sum += double(w) * at(r)[1];
+          for (int64_t d = 0; d < hd; ++d) out[d] += w * at(r)[2 + d];
+        }
+        const float inv = float(1.0 / sum);
+        for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+      }
+    return;
+  }
+
   // Heads per task: the whole group, unless that leaves threads idle (decode of a model with
   // few cache heads); then the largest divisor of the group that makes enough tasks.
   const int64_t want = int64_t(ctx.pool->size()) * kTasksPerThread;
@@ -102,9 +243,7 @@ void attention(Context& ctx, Tensor& node) {
     const int nq = int((b.t1 - b.t0) * heads);
     // Visible cache positions of the block: [lo, hi); of query i: [first(i), end(i)).
     const auto end = [&](int i) { return position(b.t0 + i / heads) + 1; };
-    const auto first = [&](int i) {
-      return window > 0 ? std::max<int64_t>(0, end(i) - window) : int64_t(0);
-    };
+    const auto first = [&](int i) { return visible_from(end(i)); };
     const int64_t lo = first(0), hi = end(nq - 1), span = hi - lo;
 
     thread_local std::vector<float> queries, scores, sums, inv;
@@ -115,42 +254,7 @@ void attention(Context& ctx, Tensor& node) {
     for (int i = 0; i < nq; ++i)
       std::memcpy(&queries[size_t(i * hd)], row_ptr(q, h0 + i % heads, b.t0 + i / heads),
                   size_t(hd) * sizeof(float));
-
-    // Scores by groups of the tile's rows at positions that are multiples of its row count, so
-    // a score is computed the same way whatever block or ring layout it is reached through; a
-    // group split by the ring's wrap is gathered into consecutive rows first. Positions outside
-    // whole groups take the row dot.
-    const size_t k_stride = kc.nb[2], v_stride = vc.nb[2];
-    const size_t k_row_bytes = size_t(hd) * kc.nb[0];
-    const auto k_row = [&](int64_t j) {
-      return static_cast<const char*>(row_ptr(kc, kvh, j % slots, b.plane));
-    };
-    const int64_t R = tiles ? tiles->rows : 1;
-    for (int64_t j = lo; j < hi;) {
-      if (!tiles || j % R != 0 || j + R > hi) {
-        for (int i = 0; i < nq; ++i)
-          scores[size_t(i) * size_t(span) + size_t(j - lo)] =
-              kdot.dot(hd, k_row(j), &queries[size_t(i * hd)]);
-        ++j;
-        continue;
-      }
-      const char* w = k_row(j);
-      size_t w_stride = k_stride;
-      if (j % slots + R > slots) {
-        gathered.resize(size_t(R) * k_row_bytes);
-        for (int64_t r = 0; r < R; ++r)
-          std::memcpy(&gathered[size_t(r) * k_row_bytes], k_row(j + r), k_row_bytes);
-        w = gathered.data();
-        w_stride = k_row_bytes;
-      }
-      for (int i = 0; i < nq; i += tiles->cols) {
-        const int width = std::min(tiles->cols, nq - i);
-        tiles->tiles[width - 1](hd, w, w_stride, &queries[size_t(i * hd)],
-                                size_t(hd) * sizeof(float),
-                                &scores[size_t(i) * size_t(span) + size_t(j - lo)], size_t(span));
-      }
-      j += R;
-    }
+    score(kvh, b.plane, lo, hi, queries.data(), nq, scores.data(), size_t(span), gathered);
 
     inv.resize(size_t(nq));
     for (int i = 0; i < nq; ++i) {
@@ -163,15 +267,8 @@ void attention(Context& ctx, Tensor& node) {
       inv[size_t(i)] = float(1.0 / rows.exp_sum(p + f, scale, mx, p + f, e - f));
     }
 
-    // V rows in position order; a ring's wrap splits them into two calls that continue the
-    // same sums.
     std::fill(sums.begin(), sums.end(), 0.0f);
-    for (int64_t a = lo; a < hi;) {
-      const int64_t c = std::min(hi, a + slots - a % slots);
-      vsum(hd, c - a, &scores[size_t(a - lo)], size_t(span), nq,
-           row_ptr(vc, kvh, a % slots, b.plane), v_stride, sums.data(), size_t(hd));
-      a = c;
-    }
+    weigh(kvh, b.plane, lo, hi, scores.data(), size_t(span), nq, sums.data());
 
     for (int i = 0; i < nq; ++i) {
       float* out = reinterpret_cast<float*>(row_ptr(node, h0 + i % heads, b.t0 + i / heads));
