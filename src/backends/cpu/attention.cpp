@@ -132,16 +132,23 @@ void attention(Context& ctx, Tensor& node) {
       j += R;
     }
   };
+  // Calls fn(a, c) for the runs [a, c) of positions [from, to) that lie in consecutive slots:
+  // one, or two where a ring wraps.
+  const auto slot_runs = [&](int64_t from, int64_t to, const auto& fn) {
+    for (int64_t a = from; a < to;) {
+      const int64_t c = std::min(to, a + slots - a % slots);
+      fn(a, c);
+      a = c;
+    }
+  };
   // sums[i * hd + d] += p[i * p_stride + j - from] * V[j][d] over positions [from, to), in
   // position order; a ring's wrap splits them into two calls that continue the same sums.
   const auto weigh = [&](int64_t kvh, int64_t plane, int64_t from, int64_t to, const float* p,
                          size_t p_stride, int nq, float* sums) {
-    for (int64_t a = from; a < to;) {
-      const int64_t c = std::min(to, a + slots - a % slots);
+    slot_runs(from, to, [&](int64_t a, int64_t c) {
       vsum(hd, c - a, p + (a - from), p_stride, nq, row_ptr(vc, kvh, a % slots, plane), v_stride,
            sums, size_t(hd));
-      a = c;
-    }
+    });
   };
 
   // Decoding (one token per block): a task takes a run of kDecodeRun positions of one block for
@@ -170,13 +177,11 @@ void attention(Context& ctx, Tensor& node) {
       const int64_t from = lo + (task - first_run[bi]) * kDecodeRun;
       const int64_t to = std::min(end, from + kDecodeRun), n = to - from;
       for (const Tensor* cache : {&kc, &vc})
-        for (int64_t a = from; a < to;) {  // a ring's wrap splits the run in two
-          const int64_t c = std::min(to, a + slots - a % slots);
+        slot_runs(from, to, [&](int64_t a, int64_t c) {
           const char* p = static_cast<const char*>(row_ptr(*cache, 0, a % slots, b.plane));
           for (size_t o = 0; o < size_t(c - a) * cache->nb[2]; o += 64)
             __builtin_prefetch(p + o, 0, 2);  // into L2
-          a = c;
-        }
+        });
       thread_local std::vector<float> queries, scores, sums;
       thread_local std::vector<char> gathered;
       queries.resize(size_t(group * hd));
@@ -192,10 +197,8 @@ void attention(Context& ctx, Tensor& node) {
         float* out = &parts[(size_t(task) * size_t(n_head) + size_t(kvh * group)) * part];
         for (int64_t i = 0; i < group; ++i) {
           float* p = scores.data() + size_t(i * n);
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j] * scale);
-          out[size_t(i) * part] = mx;
-          out[size_t(i) * part + 1] = float(rows.exp_sum(p, scale, mx, p, n));
+          out[size_t(i) * part + 1] =
+              float(softmax_exp(rows, p, scale, p, n, &out[size_t(i) * part]));
         }
         weigh(kvh, b.plane, from, to, scores.data(), size_t(n), int(group), sums.data());
         for (int64_t i = 0; i < group; ++i)
@@ -260,11 +263,9 @@ void attention(Context& ctx, Tensor& node) {
     for (int i = 0; i < nq; ++i) {
       float* p = scores.data() + size_t(i) * size_t(span);
       const int64_t f = first(i) - lo, e = end(i) - lo;
-      float mx = -INFINITY;
-      for (int64_t j = f; j < e; ++j) mx = std::max(mx, p[j] * scale);
       std::fill(p, p + f, 0.0f);
       std::fill(p + e, p + span, 0.0f);
-      inv[size_t(i)] = float(1.0 / rows.exp_sum(p + f, scale, mx, p + f, e - f));
+      inv[size_t(i)] = float(1.0 / softmax_exp(rows, p + f, scale, p + f, e - f));
     }
 
     std::fill(sums.begin(), sums.end(), 0.0f);

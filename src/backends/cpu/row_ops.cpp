@@ -1,5 +1,6 @@
 #include "backends/cpu/row_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/fp16.h"
@@ -50,6 +51,14 @@ constexpr RowOps kScalar{silu_row, gelu_row, exp_sum_row, sum_squares_row, f32_t
 }  // namespace
 
 const RowOps* row_ops_scalar() { return &kScalar; }
+
+double softmax_exp(const RowOps& ops, const float* x, float scale, float* out, int64_t n,
+                   float* max) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i] * scale);
+  if (max) *max = mx;
+  return ops.exp_sum(x, scale, mx, out, n);
+}
 
 const RowOps& row_ops(IsaLevel isa) {
   const IsaLevel best = best_isa_level();

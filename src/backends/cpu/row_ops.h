@@ -25,6 +25,11 @@ struct RowOps {
   void (*f32_to_f16)(const float* x, uint16_t* out, int64_t n);
 };
 
+// Softmax's exponentials over a row: out[i] = e^(x[i] scale - m), m the largest x[i] scale
+// (written to *max when max is not null), through ops.exp_sum; returns their sum.
+double softmax_exp(const RowOps& ops, const float* x, float scale, float* out, int64_t n,
+                   float* max = nullptr);
+
 // The table for ISA level isa, capped at best_isa_level() like dot_kernel.
 const RowOps& row_ops(IsaLevel isa);
 

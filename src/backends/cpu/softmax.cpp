@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <limits>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/row_ops.h"
@@ -18,9 +17,7 @@ void softmax(Context& ctx, Tensor& node) {
     const float* in = reinterpret_cast<const float*>(row_ptr(x, at));
     float* out = reinterpret_cast<float*>(row_ptr(node, at));
     const int64_t visible = causal >= 0 ? std::min<int64_t>(n, at.i1 + causal + 1) : n;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, in[j] * scale);
-    const double sum = rows.exp_sum(in, scale, mx, out, visible);
+    const double sum = softmax_exp(rows, in, scale, out, visible);
     const float inv = float(1.0 / sum);
     for (int64_t j = 0; j < visible; ++j) out[j] *= inv;
     for (int64_t j = visible; j < n; ++j) out[j] = 0.0f;
