@@ -196,25 +196,6 @@ int32_t load_i32(const void* p) {
   return v;
 }
 
-template <typename Block>
-inline __attribute__((always_inline)) void prefetch_next(const Block* block) {
-  const char* p = reinterpret_cast<const char*>(block + 1);
-#pragma GCC unroll 64
-  for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
-
-// Part `part` of `parts` of the next block's lines. The k-quant decode tiles (one column) ask
-// for the next super-block a few lines per step of their first half's loop: the whole block
-// at once is a burst of 21-53 misses that fills the core's miss queue while the tile waits.
-template <typename Block>
-inline __attribute__((always_inline)) void prefetch_next_part(const Block* block, int part,
-                                                              int parts) {
-  constexpr int kLines = int((sizeof(Block) + 63) / 64);
-  const char* p = reinterpret_cast<const char*>(block + 1);
-  for (int line = part * kLines / parts; line < (part + 1) * kLines / parts; ++line)
-    _mm_prefetch(p + 64 * line, _MM_HINT_T0);
-}
-
 void act_q8_k(const float* x, void* dst, int64_t n) {
   dot_kernel_kquants_avx2(DType::Q4_K)->act_from_f32(x, dst, n);
 }
@@ -304,7 +285,7 @@ void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK8_0;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ8_0x16& x = w[b];
-    prefetch_next(w + b);
+    prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int r0 = 8 * h;
@@ -346,7 +327,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    if constexpr (C > 1) prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int r0 = 8 * h;
@@ -435,7 +416,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
-    if constexpr (C > 1) prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;
@@ -540,7 +521,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    if constexpr (C > 1) prefetch_next(w + b);
+    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;

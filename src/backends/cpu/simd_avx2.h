@@ -123,5 +123,31 @@ inline Q8Block quantize_q8_block(const float* x, int8_t* qs) {
   return {d, hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)))};
 }
 
+// Prefetches of packed weights, for the tiles of packed_avx2.cpp and packed_avx512.cpp.
+//
+// Asks for the bytes of the block `ahead` blocks past `block`, one cache line at a time (the
+// 32-element tiles, whose blocks of 16 rows take 8 or 9 lines: one block's worth per step).
+// The hardware prefetcher starts late on each new stream; this keeps about 2 KiB in flight
+// from the first block. Prefetches do not fault, so the last blocks may point past the weights.
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_block(const Block* block, int ahead) {
+  const char* p = reinterpret_cast<const char*>(block + ahead);
+#pragma GCC unroll 64
+  for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// Part `part` of `parts` of the lines of the super-block after `block`: a decode tile (one
+// column) calls it once in each of `parts` steps of its loop over a super-block, so that the
+// next one's 21 to 53 lines are asked for a few at a time between the loads, instead of in one
+// burst that fills the core's queue of misses at the start of each super-block.
+template <typename Block>
+inline __attribute__((always_inline)) void prefetch_next_part(const Block* block, int part,
+                                                              int parts) {
+  constexpr int kLines = int((sizeof(Block) + 63) / 64);
+  const char* p = reinterpret_cast<const char*>(block + 1);
+  for (int line = part * kLines / parts; line < (part + 1) * kLines / parts; ++line)
+    _mm_prefetch(p + 64 * line, _MM_HINT_T0);
+}
+
 }  // namespace
 }  // namespace ps::cpu
