@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -35,8 +36,40 @@ constexpr int64_t kQueriesPerTask = 16;
 // Cache positions per task when decoding (one token per block): a run's K and V rows of every
 // cache head, read in address order.
 constexpr int64_t kDecodeRun = 64;
+// Positions a decode task scores (then sums) for every cache head before the next ones, and
+// the bytes it asks for ahead of those it reads.
+constexpr int64_t kDecodeChunk = 8;
+constexpr size_t kDecodeLead = size_t(8) << 10;
 // Tasks per thread wanted before a block takes every head of its cache head.
 constexpr int64_t kTasksPerThread = 2;
+
+// Byte ranges a task will read, in the order it reads them, asked for (prefetched into the L2
+// cache) a piece at a time: take(n) asks for the next n bytes, so a task that takes what it is
+// about to read, after a first lead, keeps that lead ahead of its reads.
+class Ahead {
+ public:
+  void add(const char* p, size_t bytes) {
+    if (n_ < ranges_.size()) ranges_[n_++] = {p, bytes};
+  }
+  void take(size_t bytes) {
+    for (; bytes > 0 && i_ < n_;) {
+      const Range& r = ranges_[i_];
+      const size_t n = std::min(bytes, r.bytes - done_);
+      for (size_t o = 0; o < n; o += 64) __builtin_prefetch(r.p + done_ + o, 0, 2);
+      bytes -= n;
+      done_ += n;
+      if (done_ == r.bytes) ++i_, done_ = 0;
+    }
+  }
+
+ private:
+  struct Range {
+    const char* p;
+    size_t bytes;
+  };
+  std::array<Range, 4> ranges_{};  // K and V, each split at most once by a ring's wrap
+  size_t n_ = 0, i_ = 0, done_ = 0;
+};
 
 // Tokens [t0, t1) of one sequence (cache plane) at consecutive positions.
 struct TokenBlock {
@@ -153,8 +186,11 @@ void attention(Context& ctx, Tensor& node) {
 
   // Decoding (one token per block): a task takes a run of kDecodeRun positions of one block for
   // every cache head. A position's K (and V) rows of all heads lie together, so the run is one
-  // stretch of memory, asked for in address order at the task's start, where one head's rows
-  // alone lie a whole cache row apart and stream at a fraction of the bandwidth. Each query
+  // stretch of memory, where one head's rows alone lie a whole cache row apart and stream at a
+  // fraction of the bandwidth. The task reads it in chunks of kDecodeChunk positions, every
+  // head's rows of a chunk before the next chunk's, so in address order, and asks for the bytes
+  // kDecodeLead ahead of those it reads as it goes (Ahead): asking for the whole run at the
+  // task's start stalled it until the run had arrived, with nothing computed meanwhile. Each query
   // gets a partial softmax over the run (its maximum, its sum, its weighted V sum); the runs are
   // merged in position order, so the result does not depend on the number of threads.
   std::vector<int64_t> first_run(blocks.size() + 1, 0);
@@ -169,6 +205,11 @@ void attention(Context& ctx, Tensor& node) {
     // Per (run, head): the maximum, the sum and hd weighted sums.
     const size_t part = size_t(hd) + 2;
     std::vector<float> parts(size_t(runs) * size_t(n_head) * part);
+    // Chunks of a run: the K (then V) rows of every cache head for kDecodeChunk positions,
+    // one stretch of memory, taken in address order while the stretch ahead is asked for. A
+    // chunk boundary is a multiple of the tile's rows, so the scores are grouped as in `score`
+    // over the whole run, and the V sums continue in position order: the same results.
+    const int64_t chunk = kDecodeChunk % R == 0 ? kDecodeChunk : kDecodeRun;
     ctx.pool->parallel_for(runs, [&](int64_t task, int) {
       const size_t bi = size_t(std::upper_bound(first_run.begin(), first_run.end(), task) -
                                first_run.begin() - 1);
@@ -176,35 +217,47 @@ void attention(Context& ctx, Tensor& node) {
       const int64_t end = position(b.t0) + 1, lo = visible_from(end);
       const int64_t from = lo + (task - first_run[bi]) * kDecodeRun;
       const int64_t to = std::min(end, from + kDecodeRun), n = to - from;
+      Ahead ahead;
       for (const Tensor* cache : {&kc, &vc})
         slot_runs(from, to, [&](int64_t a, int64_t c) {
-          const char* p = static_cast<const char*>(row_ptr(*cache, 0, a % slots, b.plane));
-          for (size_t o = 0; o < size_t(c - a) * cache->nb[2]; o += 64)
-            __builtin_prefetch(p + o, 0, 2);  // into L2
+          ahead.add(static_cast<const char*>(row_ptr(*cache, 0, a % slots, b.plane)),
+                    size_t(c - a) * cache->nb[2]);
         });
+      ahead.take(kDecodeLead);
       thread_local std::vector<float> queries, scores, sums;
       thread_local std::vector<char> gathered;
-      queries.resize(size_t(group * hd));
-      scores.resize(size_t(group * n));
-      sums.resize(size_t(group * hd));
-      for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
-        for (int64_t i = 0; i < group; ++i)
-          std::memcpy(&queries[size_t(i * hd)], row_ptr(q, kvh * group + i, b.t0),
-                      size_t(hd) * sizeof(float));
-        score(kvh, b.plane, from, to, queries.data(), int(group), scores.data(), size_t(n),
-              gathered);
-        std::fill(sums.begin(), sums.end(), 0.0f);
-        float* out = &parts[(size_t(task) * size_t(n_head) + size_t(kvh * group)) * part];
-        for (int64_t i = 0; i < group; ++i) {
-          float* p = scores.data() + size_t(i * n);
-          out[size_t(i) * part + 1] =
-              float(softmax_exp(rows, p, scale, p, n, &out[size_t(i) * part]));
+      queries.resize(size_t(n_head * hd));
+      scores.resize(size_t(n_head * n));
+      sums.resize(size_t(n_head * hd));
+      for (int64_t h = 0; h < n_head; ++h)
+        std::memcpy(&queries[size_t(h * hd)], row_ptr(q, h, b.t0), size_t(hd) * sizeof(float));
+      const auto chunks = [&](const Tensor& cache, const auto& fn) {
+        for (int64_t a = from; a < to;) {
+          const int64_t c = std::min(to, (a / chunk + 1) * chunk);
+          for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
+            ahead.take(size_t(c - a) * cache.nb[2] / size_t(n_kv_head));
+            fn(kvh, a, c);
+          }
+          a = c;
         }
-        weigh(kvh, b.plane, from, to, scores.data(), size_t(n), int(group), sums.data());
-        for (int64_t i = 0; i < group; ++i)
-          std::memcpy(&out[size_t(i) * part + 2], &sums[size_t(i * hd)],
-                      size_t(hd) * sizeof(float));
+      };
+      chunks(kc, [&](int64_t kvh, int64_t a, int64_t c) {
+        score(kvh, b.plane, a, c, &queries[size_t(kvh * group * hd)], int(group),
+              &scores[size_t(kvh * group * n + (a - from))], size_t(n), gathered);
+      });
+      float* out = &parts[size_t(task) * size_t(n_head) * part];
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* p = &scores[size_t(h * n)];
+        out[size_t(h) * part + 1] =
+            float(softmax_exp(rows, p, scale, p, n, &out[size_t(h) * part]));
       }
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      chunks(vc, [&](int64_t kvh, int64_t a, int64_t c) {
+        weigh(kvh, b.plane, a, c, &scores[size_t(kvh * group * n + (a - from))], size_t(n),
+              int(group), &sums[size_t(kvh * group * hd)]);
+      });
+      for (int64_t h = 0; h < n_head; ++h)
+        std::memcpy(&out[size_t(h) * part + 2], &sums[size_t(h * hd)], size_t(hd) * sizeof(float));
     });
     for (size_t bi = 0; bi < blocks.size(); ++bi)
       for (int64_t h = 0; h < n_head; ++h) {
