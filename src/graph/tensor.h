@@ -55,6 +55,9 @@ struct Tensor {
   // The bytes never change while any device that computed with them is alive (model weights):
   // a backend may keep a copy derived from them (packed, uploaded) keyed by data.
   bool constant = false;
+  // Its position in its graph's all() (Graph sets it), so that passes over a graph can keep
+  // per-tensor facts in vectors; -1 outside a graph.
+  int32_t index = -1;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

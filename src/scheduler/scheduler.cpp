@@ -24,53 +24,56 @@ Tensor* storage_root(Tensor* t) {
   return t;
 }
 
-// First-fit allocator over offsets in a virtual arena; tracks the peak.
+// First-fit allocator over offsets in a virtual arena; tracks the peak. The free blocks, in
+// address order, are few (a forward pass frees most of what it allocates soon after), so a
+// sorted vector serves them faster than a tree.
 class OffsetAllocator {
  public:
   size_t alloc(size_t n) {
     n = align_up(n);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second >= n) {
-        const size_t off = it->first;
-        const size_t rest = it->second - n;
-        free_.erase(it);
-        if (rest) free_.emplace(off + n, rest);
+      if (it->size >= n) {
+        const size_t off = it->off;
+        it->off += n;
+        it->size -= n;
+        if (it->size == 0) free_.erase(it);
         return off;
       }
     }
     // Grow at the end, merging with a free block that touches the end.
     size_t off = end_;
-    if (!free_.empty()) {
-      auto last = std::prev(free_.end());
-      if (last->first + last->second == end_) {
-        off = last->first;
-        free_.erase(last);
-      }
+    if (!free_.empty() && free_.back().off + free_.back().size == end_) {
+      off = free_.back().off;
+      free_.pop_back();
     }
     end_ = std::max(end_, off + n);
     return off;
   }
   void release(size_t off, size_t n) {
     n = align_up(n);
-    auto it = free_.emplace(off, n).first;
-    if (it != free_.begin()) {  // merge with the previous block
-      auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        free_.erase(it);
-        it = prev;
-      }
-    }
-    auto next = std::next(it);
-    if (next != free_.end() && it->first + it->second == next->first) {
-      it->second += next->second;
-      free_.erase(next);
+    auto it = std::lower_bound(free_.begin(), free_.end(), off,
+                               [](const Block& b, size_t o) { return b.off < o; });
+    const bool joins_prev = it != free_.begin() && std::prev(it)->off + std::prev(it)->size == off;
+    const bool joins_next = it != free_.end() && off + n == it->off;
+    if (joins_prev && joins_next) {
+      std::prev(it)->size += n + it->size;
+      free_.erase(it);
+    } else if (joins_prev) {
+      std::prev(it)->size += n;
+    } else if (joins_next) {
+      it->off = off;
+      it->size += n;
+    } else {
+      free_.insert(it, Block{off, n});
     }
   }
   size_t peak() const { return end_; }
 
  private:
-  std::map<size_t, size_t> free_;
+  struct Block {
+    size_t off, size;
+  };
+  std::vector<Block> free_;
   size_t end_ = 0;
 };
 
@@ -268,29 +271,47 @@ void Scheduler::insert_transfers(Graph& graph) {
 }
 
 std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tensor*>& outputs,
-                                            std::unordered_map<Tensor*, size_t>& offset) const {
+                                            std::vector<size_t>& offset) const {
   const auto& nodes = graph.nodes();
-  std::unordered_map<Tensor*, size_t> last_use;
-  last_use.reserve(graph.all().size());
-  offset.reserve(nodes.size());
+  const std::span<Tensor* const> all = graph.all();
+  const auto index = [&](const Tensor* t) {
+    if (t->index < 0 || size_t(t->index) >= all.size() || all[size_t(t->index)] != t)
+      throw BackendError(fmt::format("scheduler: {} is not a tensor of this graph", t->name));
+    return size_t(t->index);
+  };
+  // For each tensor the node after which its bytes are free (none: never read, freed at once;
+  // an output: never freed), chained by node into lists (head, next).
+  constexpr int32_t kNone = -1, kKeep = -2;
+  std::vector<int32_t> last_use(all.size(), kNone);
+  // Leaves (weights, inputs, caches) own their bytes: only nodes' roots are tracked.
+  const auto node_root = [&](Tensor* t) -> Tensor* {
+    Tensor* r = storage_root(t);
+    return r->op == OpKind::None ? nullptr : r;
+  };
   for (size_t i = 0; i < nodes.size(); ++i)
     for (Tensor* s : nodes[i]->src)
-      if (s) last_use[storage_root(s)] = i;
-  std::vector<Tensor*> keep;
-  for (Tensor* o : outputs) keep.push_back(storage_root(o));
+      if (Tensor* r = s ? node_root(s) : nullptr) last_use[index(r)] = int32_t(i);
+  for (Tensor* o : outputs)
+    if (Tensor* r = node_root(o)) last_use[index(r)] = kKeep;
+  std::vector<int32_t> head(nodes.size(), kNone), next(all.size(), kNone);
 
+  offset.assign(all.size(), 0);
   std::vector<OffsetAllocator> alloc(devices_.size());
-  // Tensors to release after node i has run.
-  std::vector<std::vector<Tensor*>> release_after(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     Tensor* n = nodes[i];
     if (n->op != OpKind::View && n->op != OpKind::Copy) {
-      offset[n] = alloc[size_t(n->device)].alloc(n->n_bytes());
-      auto lu = last_use.find(n);
-      if (std::find(keep.begin(), keep.end(), n) == keep.end())
-        release_after[lu == last_use.end() ? i : lu->second].push_back(n);
+      const size_t k = index(n);
+      offset[k] = alloc[size_t(n->device)].alloc(n->n_bytes());
+      if (last_use[k] != kKeep) {
+        const size_t after = last_use[k] == kNone ? i : size_t(last_use[k]);
+        next[k] = head[after];
+        head[after] = int32_t(k);
+      }
     }
-    for (Tensor* t : release_after[i]) alloc[size_t(t->device)].release(offset[t], t->n_bytes());
+    for (int32_t k = head[i]; k != kNone; k = next[size_t(k)]) {
+      const Tensor* t = all[size_t(k)];
+      alloc[size_t(t->device)].release(offset[size_t(k)], t->n_bytes());
+    }
   }
   std::vector<size_t> peaks;
   for (const OffsetAllocator& a : alloc) peaks.push_back(a.peak());
@@ -300,7 +321,7 @@ std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tens
 std::vector<size_t> Scheduler::measure(Graph& graph, const std::vector<Tensor*>& outputs) {
   place(graph);
   insert_transfers(graph);
-  std::unordered_map<Tensor*, size_t> offset;
+  std::vector<size_t> offset;
   std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
   // The copies between devices: each in its own slot for the run.
   for (const Transfer& t : transfers_) peaks[size_t(t.to->device)] += align_up(t.to->n_bytes());
@@ -309,7 +330,7 @@ std::vector<size_t> Scheduler::measure(Graph& graph, const std::vector<Tensor*>&
 
 void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
   const auto& nodes = graph.nodes();
-  std::unordered_map<Tensor*, size_t> offset;
+  std::vector<size_t> offset;
   const std::vector<size_t> peaks = plan_offsets(graph, outputs, offset);
   std::vector<bool> used(devices_.size(), false);
   for (Tensor* n : nodes) used[size_t(n->device)] = true;
@@ -346,7 +367,8 @@ void Scheduler::plan_memory(Graph& graph, const std::vector<Tensor*>& outputs) {
     else if (n->op == OpKind::Copy)
       n->data = n->src[1]->data;
     else
-      n->data = static_cast<char*>(per_[size_t(n->device)].arena->address()) + offset[n];
+      n->data =
+          static_cast<char*>(per_[size_t(n->device)].arena->address()) + offset[size_t(n->index)];
   }
 }
 

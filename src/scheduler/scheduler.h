@@ -66,9 +66,10 @@ class Scheduler {
   void insert_transfers(Graph& graph);
   void copy_in_leaves(Graph& graph);
   void plan_memory(Graph& graph, const std::vector<Tensor*>& outputs);
-  // Offsets of the intermediate tensors in their device's arena; returns each device's peak.
+  // Offsets of the intermediate tensors in their device's arena, by Tensor::index; returns each
+  // device's peak.
   std::vector<size_t> plan_offsets(Graph& graph, const std::vector<Tensor*>& outputs,
-                                   std::unordered_map<Tensor*, size_t>& offset) const;
+                                   std::vector<size_t>& offset) const;
   void transfer(const Transfer& t);
   // The buffer of device d that holds [addr, addr + n), and the offset in it.
   std::pair<Buffer*, size_t> locate(int d, const void* addr, size_t n) const;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 
@@ -549,6 +550,78 @@ TEST(Scheduler, ReusesMemoryOfDeadIntermediates) {
   double v = x[5];
   for (int i = 0; i < 20; ++i) v = v / (1 + std::exp(-v));
   EXPECT_NEAR(static_cast<float*>(t->data)[5], v, 1e-5);
+}
+
+// Three chains of different widths, interleaved, each step reading the chain's value from one
+// to three steps back, so that intermediates of several sizes are alive at once and die in an
+// irregular order: no two of them that are alive together may share a byte, and every value
+// must come out as computed directly.
+TEST(Scheduler, LiveIntermediatesNeverShareBytes) {
+  Runner r(1);
+  const int64_t widths[3] = {64, 200, 1000};
+  std::vector<std::vector<float>> inputs;
+  Graph g;
+  std::vector<std::vector<Tensor*>> chain(3);
+  std::vector<std::vector<std::vector<float>>> expect(3);
+  for (int c = 0; c < 3; ++c) {
+    inputs.push_back(random_floats(size_t(widths[c]), 40 + c));
+    chain[size_t(c)].push_back(
+        g.leaf(fmt::format("x{}", c), DType::F32, {widths[c], 1, 1, 1}, inputs.back().data()));
+    expect[size_t(c)].push_back(inputs.back());
+  }
+  uint32_t state = 12345;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int step = 0; step < 60; ++step) {
+    const size_t c = next() % 3;
+    auto& ts = chain[c];
+    auto& vs = expect[c];
+    const size_t back = std::min<size_t>(ts.size(), 1 + next() % 3);
+    Tensor* a = ts.back();
+    Tensor* b = ts[ts.size() - back];
+    std::vector<float> v(vs.back().size());
+    const std::vector<float>&va = vs.back(), &vb = vs[vs.size() - back];
+    switch (next() % 3) {
+      case 0:
+        ts.push_back(g.add(a, b));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = va[i] + vb[i];
+        break;
+      case 1:
+        ts.push_back(g.mul(a, b));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = va[i] * vb[i];
+        break;
+      default:
+        ts.push_back(g.scale(a, 0.5f));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = va[i] * 0.5f;
+        break;
+    }
+    vs.push_back(std::move(v));
+  }
+  std::vector<Tensor*> outputs;
+  for (auto& ts : chain) outputs.push_back(ts.back());
+  Scheduler s({r.device.get()}, true);
+  s.run(g, outputs);
+
+  const auto& nodes = g.nodes();
+  std::map<const Tensor*, size_t> last;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Tensor* src : nodes[i]->src)
+      if (src) last[src] = i;
+  for (const Tensor* o : outputs) last[o] = nodes.size();
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (size_t j = i + 1; j < nodes.size() && j <= (last.count(nodes[i]) ? last[nodes[i]] : i);
+         ++j) {
+      const char* a = static_cast<const char*>(nodes[i]->data);
+      const char* b = static_cast<const char*>(nodes[j]->data);
+      EXPECT_TRUE(a + nodes[i]->n_bytes() <= b || b + nodes[j]->n_bytes() <= a)
+          << nodes[i]->name << " is still to be read when " << nodes[j]->name
+          << " is written over it";
+    }
+  for (int c = 0; c < 3; ++c) {
+    const float* got = static_cast<const float*>(outputs[size_t(c)]->data);
+    const std::vector<float>& want = expect[size_t(c)].back();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << "chain " << c << " " << i;
+  }
 }
 
 // A device "with its own memory" that runs on the CPU backend: it counts the bytes written
