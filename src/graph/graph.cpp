@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "core/error.h"
 #include "graph/ops.h"
 
@@ -89,8 +91,17 @@ bool broadcasts_rows(const Tensor* a, const Tensor* b) {
 
 }  // namespace
 
+Tensor& Graph::add_tensor() {
+  if (all_.size() == storage_.size() * kChunk)
+    storage_.push_back(std::make_unique<Tensor[]>(kChunk));
+  Tensor& t = storage_.back()[all_.size() % kChunk];
+  t.index = int32_t(all_.size());
+  all_.push_back(&t);
+  return t;
+}
+
 Tensor* Graph::leaf(std::string name, DType type, std::array<int64_t, 4> ne, void* data) {
-  Tensor& t = storage_.emplace_back();
+  Tensor& t = add_tensor();
   t.name = std::move(name);
   t.type = type;
   t.ne = ne;
@@ -99,22 +110,25 @@ Tensor* Graph::leaf(std::string name, DType type, std::array<int64_t, 4> ne, voi
     throw ModelError(fmt::format("tensor '{}': row of {} is not a whole number of {} blocks",
                                  t.name, ne[0], dtype_name(type)));
   t.set_contiguous_strides();
-  all_.push_back(&t);
   return &t;
 }
 
 Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
                     std::initializer_list<Tensor*> src) {
-  Tensor& t = storage_.emplace_back();
+  Tensor& t = add_tensor();
   t.op = op;
   t.type = type;
   t.ne = ne;
   t.set_contiguous_strides();
   int i = 0;
   for (Tensor* s : src) t.src[size_t(i++)] = s;
-  t.name = fmt::format("{}#{}", op_name(op), nodes_.size());
+  // op#n, without a formatting library's machinery: a decode step names hundreds of nodes.
+  char number[24];
+  const auto end = std::to_chars(number, number + sizeof number, nodes_.size()).ptr;
+  t.name = op_name(op);
+  t.name += '#';
+  t.name.append(number, end);
   t.layer = layer_;
-  all_.push_back(&t);
   nodes_.push_back(&t);
   return &t;
 }

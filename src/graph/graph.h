@@ -1,7 +1,6 @@
 #pragma once
 // The op graph for one forward pass. Builders append nodes in execution order; the graph owns
 // its tensors. Weights and caches enter as leaves that point at memory someone else owns.
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,7 +59,12 @@ class Graph {
  private:
   Tensor* node(OpKind op, DType type, std::array<int64_t, 4> ne,
                std::initializer_list<Tensor*> src);
-  std::deque<Tensor> storage_;
+  // A new tensor at a stable address, set as the graph's next one (index, all()).
+  Tensor& add_tensor();
+  // Tensors live in chunks of kChunk, which never move: a decode step builds hundreds of them,
+  // and one allocation per tensor (or per two, as a deque of them makes) showed in its time.
+  static constexpr size_t kChunk = 64;
+  std::vector<std::unique_ptr<Tensor[]>> storage_;
   std::vector<Tensor*> all_;
   std::vector<Tensor*> nodes_;
   int layer_ = -1;
