@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/simd_avx2.h"
@@ -157,7 +158,61 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
   return hsum(acc);
 }
 
-void act_q8_k(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_K, x, dst, n); }
+// Q8_K activations, value for value those of the scalar quantizer (core/kquants.cpp) as the
+// AVX-512 conversion gives them: the first element of the largest magnitude sets d = max / -127,
+// each element is rounded to nearest even (0 when its scaled value is not finite), and bsums
+// are the sums of each 16.
+void act_q8_k(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(dst);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+    // vmaxps returns its second operand when either is NaN: NaN elements never win.
+    __m256 top = _mm256_setzero_ps();
+    for (int i = 0; i < QK_K; i += 8)
+      top = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), top);
+    __m128 t4 = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    t4 = _mm_max_ps(t4, _mm_movehl_ps(t4, t4));
+    t4 = _mm_max_ss(t4, _mm_shuffle_ps(t4, t4, 1));
+    const float amax = _mm_cvtss_f32(t4);
+    if (!(amax > 0)) {
+      std::memset(&y[b], 0, sizeof(y[b]));
+      continue;
+    }
+    float max = 0;
+    const __m256 vmax = _mm256_set1_ps(amax);
+    for (int i = 0; i < QK_K; i += 8) {
+      const int hit = _mm256_movemask_ps(
+          _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), vmax, _CMP_EQ_OQ));
+      if (hit) {
+        max = x[i + __builtin_ctz(unsigned(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 scale = _mm256_set1_ps(iscale), limit = _mm256_set1_ps(4194304.f);
+    const __m256i top_q = _mm256_set1_epi32(127);
+    for (int j = 0; j < QK_K / 16; ++j) {
+      __m256i q[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 v = _mm256_mul_ps(scale, _mm256_loadu_ps(x + 16 * j + 8 * h));
+        const __m256 ok = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), limit, _CMP_LT_OQ);
+        q[h] = _mm256_min_epi32(_mm256_and_si256(_mm256_cvtps_epi32(v), _mm256_castps_si256(ok)),
+                                top_q);
+      }
+      // int32 -> int16 (saturating, by 128-bit lanes) back in element order, then -> int8.
+      const __m256i w =
+          _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), _MM_SHUFFLE(3, 1, 2, 0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * j),
+                       _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(_mm256_add_epi32(q[0], q[1])),
+                                _mm256_extracti128_si256(_mm256_add_epi32(q[0], q[1]), 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+      y[b].bsums[j] = int16_t(_mm_cvtsi128_si32(s));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
 
 constexpr DotKernel kQ2_K{DType::Q8_K, act_q8_k, dot_k2<BlockQ2_K>};
 constexpr DotKernel kQ3_K{DType::Q8_K, act_q8_k, dot_k2<BlockQ3_K>};
