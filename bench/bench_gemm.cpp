@@ -2,7 +2,8 @@
 // activation columns, per weight type and per ISA level this CPU runs, on one thread. "rowdot"
 // is one row dot per output (the decode kernels, weight rows reused from L1 across 8 columns at
 // a time); "tiled" the register-tiled kernels. Activations are converted once, outside the
-// timed loop, as the matmul does. The figure to read is GFLOP/s (2 K N M per product).
+// timed loop, as the matmul does. "packed" the tiles over weights repacked as the CPU backend
+// keeps them. The figure to read is GFLOP/s (2 K N M per product).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/packed.h"
 #include "backends/cpu/vec_dot.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
@@ -103,6 +105,35 @@ void tiled(benchmark::State& state, ps::DType t, ps::IsaLevel level, int threads
   state.SetLabel(std::to_string(g->rows) + "x" + std::to_string(g->cols) + " tiles");
 }
 
+// The packed tiles the CPU backend runs for prompts: the weights repacked into the level's
+// groups of rows, the activations converted as the packed kernel converts them.
+void packed(benchmark::State& state, ps::DType t, ps::IsaLevel level) {
+  const ps::cpu::PackedKernel* pk = ps::cpu::packed_kernel(t, level);
+  if (pk == nullptr) {
+    state.SkipWithError("no packed kernel at this level");
+    return;
+  }
+  const std::vector<uint8_t>& w = weights(t);
+  ps::ThreadPool pool(1);
+  const ps::cpu::PackedLayout layout = ps::cpu::packed_layout(t, pk->gemm.rows, kK);
+  std::vector<uint8_t> wp(layout.row_bytes * size_t(kN));
+  ps::cpu::pack_rows(t, pk->gemm.rows, w.data(), wp.data(), kK, kN, pool);
+  static const std::vector<float> x = random_floats(size_t(kK * kM), 2);
+  const size_t a_stride = pk->act_row_bytes(kK);
+  std::vector<uint8_t> a(a_stride * size_t(kM));
+  for (int64_t m = 0; m < kM; ++m)
+    pk->act_from_f32(x.data() + m * kK, a.data() + size_t(m) * a_stride, kK);
+  std::vector<float> y(size_t(kN * kM));
+  for (auto _ : state) {
+    ps::cpu::gemm(pool, pk->gemm, pk->tail_dot, kK, kN, kM, wp.data(), layout.row_bytes, a.data(),
+                  a_stride, y.data(), size_t(kN));
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state);
+  state.SetLabel(std::to_string(pk->gemm.rows) + "x" + std::to_string(pk->gemm.cols) + " tiles");
+}
+
 // Registered before main() runs, beside the other groups of the kernel benchmark binary.
 const bool registered = [] {
   const ps::DType types[] = {ps::DType::F32,  ps::DType::F16,  ps::DType::BF16, ps::DType::Q8_0,
@@ -125,6 +156,12 @@ const bool registered = [] {
           ->MinTime(0.5)
           ->UseRealTime();
     }
+    for (ps::DType t : {ps::DType::Q4_0, ps::DType::Q8_0, ps::DType::Q2_K, ps::DType::Q3_K,
+                        ps::DType::Q4_K, ps::DType::Q5_K, ps::DType::Q6_K})
+      benchmark::RegisterBenchmark(
+          ("gemm_packed/" + std::string(ps::dtype_name(t)) + suffix).c_str(), packed, t, level)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5);
   }
   return true;
 }();

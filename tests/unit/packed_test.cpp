@@ -690,6 +690,37 @@ TEST_P(PackedKQuants, TilesReadNothingPastTheirGroupAndColumns) {
   }
 }
 
+// A column's outputs do not depend on how many columns its tile takes: a tile of every width
+// gives each column, bit for bit, what the one-column tile gives it (the AVX2 Q6_K tiles of
+// several columns take their sums in another order than the one-column tile, over the same
+// integers and with the same float operations).
+TEST_P(PackedKQuants, EveryTileWidthGivesTheOneColumnTilesOutputs) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(47);
+  ThreadPool pool(1);
+  const cpu::GemmKernel& g = kernel_->gemm;
+  const int64_t k = 3 * QK_K;
+  std::vector<uint8_t> w = random_kquant(t, g.rows, k, rng);
+  std::vector<uint8_t> packed(cpu::packed_layout(t, g.rows, k).row_bytes * size_t(g.rows));
+  cpu::pack_rows(t, g.rows, w.data(), packed.data(), k, g.rows, pool);
+  const std::vector<float> x = random_activations(g.cols, k, rng);
+  const size_t stride = kernel_->act_row_bytes(k);
+  std::vector<uint8_t> act(stride * size_t(g.cols));
+  for (int c = 0; c < g.cols; ++c)
+    kernel_->act_from_f32(x.data() + c * k, act.data() + stride * size_t(c), k);
+  std::vector<float> one(size_t(g.rows * g.cols));
+  for (int c = 0; c < g.cols; ++c)
+    g.tiles[0](k, packed.data(), 0, act.data() + stride * size_t(c), stride,
+               one.data() + size_t(c * g.rows), size_t(g.rows));
+  for (int width = 2; width <= g.cols; ++width) {
+    std::vector<float> y(size_t(g.rows * width));
+    g.tiles[width - 1](k, packed.data(), 0, act.data(), stride, y.data(), size_t(g.rows));
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(y[i], one[i]) << "width " << width << " column " << i / size_t(g.rows) << " row "
+                              << i % size_t(g.rows);
+  }
+}
+
 TEST_P(PackedKQuants, TailDotMatchesTheRowDot) {
   const DType t = GetParam().type;
   std::mt19937 rng(41);

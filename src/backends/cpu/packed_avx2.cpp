@@ -402,6 +402,87 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   store_halves(acc, y, y_stride);
 }
 
+// Q6_Kx16 for several columns without VNNI: one half of 8 rows over all super-blocks, then the
+// other, and one of the four level groups (kk) of a step at a time, so that what is summed
+// stays within the 16 vector registers: per column one float and one int32 accumulator and one
+// int16 pair sum. Taking the four groups together, as the tile below does for its memory
+// stream, keeps 16 pair sums and both halves' floats alive and spills them. The sums are the
+// same integers and the floats get the same FMAs in the same order, so the results are those
+// of the tile below.
+template <int C>
+void q6_kx16_prompt_tile(int64_t k, const BlockQ6_Kx16* w, const BlockQ8_K* const (&a)[C], float* y,
+                         size_t y_stride) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  const int64_t nb = k / QK_K;
+  for (int half = 0; half < 2; ++half) {
+    const int r0 = 8 * half;
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ6_Kx16& x = w[b];
+      prefetch_block(w + b, 1);
+      __m256i isum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int t = 4 * h + kk;
+          const __m256i pair = _mm256_cvtepi8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
+          const __m256i s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+          const __m256i s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = add_pair_products(isum[c], offset,
+                                        _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+          // The ql bytes of this group (kk even: ql[h][0], odd: ql[h][1]; kk >= 2 their high
+          // nibbles) and its two bits of qh, shifted to 0x30.
+          const int lo = kk & 1, shift = kk >= 2 ? 4 : 0;
+#pragma GCC unroll 1
+          for (int u0 = 0; u0 < 8; u0 += 2) {
+            __m256i s16[C];
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int u = u0; u < u0 + 2; ++u) {
+              const __m256i ql =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][lo][u][r0]));
+              const __m256i qh =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[h][u][r0]));
+              const __m256i high = kk == 0   ? _mm256_slli_epi16(qh, 4)
+                                   : kk == 1 ? _mm256_slli_epi16(qh, 2)
+                                   : kk == 2 ? qh
+                                             : _mm256_srli_epi16(qh, 2);
+              const __m256i q =
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, shift), low4),
+                                  _mm256_and_si256(high, bits45));
+#pragma GCC unroll 8
+              for (int c = 0; c < C; ++c) {
+                const int8_t* qa = a[c][b].qs + 128 * h + 32 * kk + 4 * u;
+                s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
+              }
+            }
+            const __m256i scale = u0 < 4 ? s_first : s_second;
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
+          }
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
+                                 _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
+  }
+}
+
 // 16 rows x C columns of Q6_Kx16, as two halves of 8 rows.
 template <int C>
 void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
@@ -409,6 +490,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const auto* w = static_cast<const BlockQ6_Kx16*>(wv);
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
+  if constexpr (!kVnni && C > 1) return q6_kx16_prompt_tile<C>(k, w, a, y, y_stride);
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   __m256 acc[2][C];
 #pragma GCC unroll 8
