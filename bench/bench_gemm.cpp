@@ -156,6 +156,10 @@ const bool registered = [] {
           ->MinTime(0.5)
           ->UseRealTime();
     }
+  }
+  for (ps::IsaLevel level : {ps::IsaLevel::Avx2, ps::IsaLevel::AvxVnni, ps::IsaLevel::Avx512}) {
+    if (!ps::isa_level_runs(level)) continue;
+    const std::string suffix = std::string("/") + ps::isa_level_name(level);
     for (ps::DType t : {ps::DType::Q4_0, ps::DType::Q8_0, ps::DType::Q2_K, ps::DType::Q3_K,
                         ps::DType::Q4_K, ps::DType::Q5_K, ps::DType::Q6_K})
       benchmark::RegisterBenchmark(

@@ -309,6 +309,89 @@ void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   store_halves(acc, y, y_stride);
 }
 
+// Q4_Kx16 or Q5_Kx16 for several columns, for the reason of q6_kx16_prompt_tile: one half of
+// 8 rows over all super-blocks, then the other, and the low nibbles' sub-block of a step before
+// the high ones', so that per column one float, two int32 accumulators and one sum of products
+// are alive instead of both halves' floats and both sub-blocks' sums. The same integers and
+// the same float operations in the same order as the tile below.
+template <typename Block, int C>
+void k4x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C], float* y,
+                       size_t y_stride) {
+  constexpr bool five = std::is_same_v<Block, BlockQ5_Kx16>;
+  constexpr int kSpan = five && !kVnni ? 4 : 8;  // as in the tile below
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const int64_t nb = k / QK_K;
+  for (int half = 0; half < 2; ++half) {
+    const int r0 = 8 * half;
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const Block& x = w[b];
+      prefetch_block(w + b, 1);
+      __m256i isum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+#pragma GCC unroll 2
+        for (int part = 0; part < 2; ++part) {  // the low nibbles, then the high ones
+          const __m256i scale = scale_lanes(x.scales[2 * p + part] + r0);
+          const __m256i bit = _mm256_set1_epi8(char((1 + part) << (2 * p)));
+#pragma GCC unroll 1
+          for (int u0 = 0; u0 < 8; u0 += kSpan) {
+            __m256i s16[C];
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int u = u0; u < u0 + kSpan; ++u) {
+              const __m256i raw =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
+              __m256i q = _mm256_and_si256(part ? _mm256_srli_epi16(raw, 4) : raw, low4);
+              if constexpr (five) {
+                const __m256i fifth =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[u][r0]));
+                q = _mm256_add_epi8(
+                    q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit), bit),
+                                        _mm256_set1_epi8(16)));
+              }
+#pragma GCC unroll 8
+              for (int c = 0; c < C; ++c) {
+                const int8_t* qa = a[c][b].qs + 64 * p + 32 * part + 4 * u;
+                s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
+              }
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
+          }
+        }
+      }
+      __m256i msum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        const __m256i mm = byte_pairs(x.mins[s] + r0);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          msum[c] =
+              add_pair_products(msum[c], mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 da = _mm256_set1_ps(a[c][b].d);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[c]);
+        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
+  }
+}
+
 // 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
 template <typename Block, int C>
 void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
@@ -320,6 +403,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const auto* w = static_cast<const Block*>(wv);
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
+  if constexpr (C > 1) return k4x16_prompt_tile<Block, C>(k, w, a, y, y_stride);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256 acc[2][C];
 #pragma GCC unroll 8
@@ -402,11 +486,11 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   store_halves(acc, y, y_stride);
 }
 
-// Q6_Kx16 for several columns without VNNI: one half of 8 rows over all super-blocks, then the
-// other, and one of the four level groups (kk) of a step at a time, so that what is summed
-// stays within the 16 vector registers: per column one float and one int32 accumulator and one
-// int16 pair sum. Taking the four groups together, as the tile below does for its memory
-// stream, keeps 16 pair sums and both halves' floats alive and spills them. The sums are the
+// Q6_Kx16 for several columns: one half of 8 rows over all super-blocks, then the other, and
+// one of the four level groups (kk) of a step at a time, so that what is summed stays within
+// the 16 vector registers: per column one float and one int32 accumulator and one sum of
+// products. Taking the four groups together, as the tile below does for its memory stream,
+// keeps 16 sums of products and both halves' floats alive and spills them. The sums are the
 // same integers and the floats get the same FMAs in the same order, so the results are those
 // of the tile below.
 template <int C>
@@ -431,23 +515,31 @@ void q6_kx16_prompt_tile(int64_t k, const BlockQ6_Kx16* w, const BlockQ8_K* cons
           const int t = 4 * h + kk;
           const __m256i pair = _mm256_cvtepi8_epi16(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
-          const __m256i s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-          const __m256i s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          __m256i s_first, s_second;
+          if constexpr (kVnni) {  // int32 lanes
+            s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+            s_second = _mm256_srai_epi32(pair, 16);
+          } else {  // (s, s) pairs
+            s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+            s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+          }
           const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
             isum[c] = add_pair_products(isum[c], offset,
                                         _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+          // u steps summed before scaling, as in the tile below.
+          constexpr int kSpan = kVnni ? 4 : 2;
           // The ql bytes of this group (kk even: ql[h][0], odd: ql[h][1]; kk >= 2 their high
           // nibbles) and its two bits of qh, shifted to 0x30.
           const int lo = kk & 1, shift = kk >= 2 ? 4 : 0;
 #pragma GCC unroll 1
-          for (int u0 = 0; u0 < 8; u0 += 2) {
+          for (int u0 = 0; u0 < 8; u0 += kSpan) {
             __m256i s16[C];
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int u = u0; u < u0 + 2; ++u) {
+#pragma GCC unroll 4
+            for (int u = u0; u < u0 + kSpan; ++u) {
               const __m256i ql =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][lo][u][r0]));
               const __m256i qh =
@@ -490,7 +582,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const auto* w = static_cast<const BlockQ6_Kx16*>(wv);
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
-  if constexpr (!kVnni && C > 1) return q6_kx16_prompt_tile<C>(k, w, a, y, y_stride);
+  if constexpr (C > 1) return q6_kx16_prompt_tile<C>(k, w, a, y, y_stride);
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
   __m256 acc[2][C];
 #pragma GCC unroll 8
