@@ -677,6 +677,121 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   store_halves(acc, y, y_stride);
 }
 
+// Q2_Kx16 or Q3_Kx16 for several columns, for the reason of q6_kx16_prompt_tile: one half of
+// 8 rows over all super-blocks, then the other, a sub-block's first four u steps before its
+// second four, and Q2_K's mins after the levels, so that per column one float, one int32
+// accumulator and one sum of products are alive instead of both halves' floats and four sums.
+// The same integers and the same float operations in the same order as the tile below.
+template <typename Block, int C>
+void k2x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C], float* y,
+                       size_t y_stride) {
+  constexpr bool q3 = std::is_same_v<Block, BlockQ3_Kx16>;
+  const __m256i low2 = _mm256_set1_epi8(3), low4w = _mm256_set1_epi32(0x0f);
+  const int64_t nb = k / QK_K;
+  for (int half = 0; half < 2; ++half) {
+    const int r0 = 8 * half;
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const Block& x = w[b];
+      prefetch_block(w + b, 1);
+      __m256i isum[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          // Scale pair t = 4h + kk as in the tile below.
+          const int t = 4 * h + kk;
+          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]));
+          __m256i s_first, s_second;
+          if constexpr (q3) {
+            const __m256i pair = _mm256_cvtepi8_epi16(bytes);
+            if constexpr (kVnni) {
+              s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+              s_second = _mm256_srai_epi32(pair, 16);
+            } else {
+              s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+              s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+            }
+            const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-4));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              isum[c] = add_pair_products(isum[c], offset,
+                                          _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+          } else {
+            const __m256i pair = _mm256_cvtepu8_epi16(bytes);
+            s_first = _mm256_and_si256(pair, low4w);
+            s_second = _mm256_and_si256(_mm256_srli_epi32(pair, 16), low4w);
+            if constexpr (!kVnni) {
+              s_first = _mm256_or_si256(s_first, _mm256_slli_epi32(s_first, 16));
+              s_second = _mm256_or_si256(s_second, _mm256_slli_epi32(s_second, 16));
+            }
+          }
+          const __m256i high_bit = _mm256_set1_epi8(char(1 << t));
+#pragma GCC unroll 1
+          for (int u0 = 0; u0 < 8; u0 += 4) {
+            __m256i s16[C];
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int u = u0; u < u0 + 4; ++u) {
+              const __m256i raw =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
+              __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
+              if constexpr (q3) {
+                const __m256i hm =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
+                q = _mm256_add_epi8(
+                    q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, high_bit), high_bit),
+                                        _mm256_set1_epi8(4)));
+              }
+#pragma GCC unroll 8
+              for (int c = 0; c < C; ++c)
+                s16[c] = add_products(
+                    s16[c], q, _mm256_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u)));
+            }
+            const __m256i scale = u0 == 0 ? s_first : s_second;
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
+          }
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
+                                 _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[c]);
+      if constexpr (!q3) {
+        __m256i msum[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          const __m256i mins = _mm256_srli_epi16(
+              _mm256_cvtepu8_epi16(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]))),
+              4);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            msum[c] = add_pair_products(msum[c], mins,
+                                        _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+        }
+        const __m256 dmin =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]),
+                                    _mm256_mul_ps(dmin, _mm256_set1_ps(a[c][b].d)), acc[c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
+  }
+}
+
 // 16 rows x C columns of Q2_Kx16 or Q3_Kx16, as two halves of 8 rows: sub-blocks of 16 like
 // Q6_K, 2-bit levels (Q3_K's high bit adds 4, its stored offset of 4 comes off through the
 // activation sums per 16, Q2_K's mins the same way as Q4_K's). Levels reach 7, so the int16
@@ -688,6 +803,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const auto* w = static_cast<const Block*>(wv);
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
+  if constexpr (C > 1) return k2x16_prompt_tile<Block, C>(k, w, a, y, y_stride);
   const __m256i low2 = _mm256_set1_epi8(3), low4w = _mm256_set1_epi32(0x0f);
   __m256 acc[2][C];
 #pragma GCC unroll 8
