@@ -80,6 +80,48 @@ inline __m256i add_pair_products(__m256i acc, __m256i a, __m256i b) {
 constexpr bool kVnni = false;
 #endif
 
+// A lane's pair of signed scales (int16 first, second: Q6_K, Q3_K) as scale_sums takes each:
+// int32 lanes with VNNI, (s, s) int16 pairs without.
+inline void signed_scales(__m256i pair, __m256i& first, __m256i& second) {
+  if constexpr (kVnni) {
+    first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+    second = _mm256_srai_epi32(pair, 16);
+  } else {
+    first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
+    second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+  }
+}
+
+// The same for Q2_K's bytes (scale in the low nibble, min in the high one), widened to int16:
+// the two scales.
+inline void q2_scales(__m256i pair, __m256i& first, __m256i& second) {
+  const __m256i low4w = _mm256_set1_epi32(0x0f);
+  first = _mm256_and_si256(pair, low4w);
+  second = _mm256_and_si256(_mm256_srli_epi32(pair, 16), low4w);
+  if constexpr (!kVnni) {
+    first = _mm256_or_si256(first, _mm256_slli_epi32(first, 16));
+    second = _mm256_or_si256(second, _mm256_slli_epi32(second, 16));
+  }
+}
+
+// q + add in the bytes where `bits` has `bit` set (a level's high bit: Q5_K's fifth, Q3_K's
+// third).
+inline __m256i add_where(__m256i q, __m256i bits, __m256i bit, __m256i add) {
+  return _mm256_add_epi8(
+      q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, bit), bit), add));
+}
+
+// acc[c] += sums[c] x the 8 rows' F16 scales at d8 x column c's scale, for every column.
+template <int C, typename ABlock>
+inline void add_scaled(__m256 (&acc)[C], const __m256i (&sums)[C], const void* d8,
+                       const ABlock* const (&a)[C], int64_t b) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(d8)));
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c)
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[c]),
+                             _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[c]);
+}
+
 void act_q8s(const float* x, void* dst, int64_t n) {
   BlockQ8S* y = static_cast<BlockQ8S*>(dst);
   for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
@@ -299,14 +341,57 @@ void q8_0x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
         for (int c = 0; c < C; ++c)
           sum[c] = add_signed_products(sum[c], q, _mm256_set1_epi32(load_i32(a[c][b].qs + 4 * v)));
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[c]),
-                                    _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[h][c]);
+      add_scaled(acc[h], sum, x.d + r0, a, b);
     }
   }
   store_halves(acc, y, y_stride);
+}
+
+// The frame of the tiles of several columns below: for each half of 8 rows, every
+// super-block's share added into the half's float sums by add_block(x, r0, b, acc), which are
+// then stored (y[c * y_stride + r0 + j]). One half at a time keeps C floats alive, not 2 C.
+template <int C, typename Block, typename AddBlock>
+inline void by_halves(int64_t k, const Block* w, float* y, size_t y_stride, AddBlock&& add_block) {
+  const int64_t nb = k / QK_K;
+  for (int half = 0; half < 2; ++half) {
+    const int r0 = 8 * half;
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_block(w + b, 1);
+      add_block(w[b], r0, b, acc);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
+  }
+}
+
+// A Q4_Kx16 or Q5_Kx16 block's share of 8 rows (from r0) in each column: its level sums isum[c]
+// times d, less its mins against the column's sums per 32 times dmin, both times the column's
+// scale.
+template <typename Block, int C>
+inline void k4_add_block(const Block& x, int r0, const BlockQ8_K* const (&a)[C], int64_t b,
+                         const __m256i (&isum)[C], __m256 (&acc)[C]) {
+  __m256i msum[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m256i mm = byte_pairs(x.mins[s] + r0);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      msum[c] = add_pair_products(msum[c], mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
+  }
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
+  const __m256 dmin =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    const __m256 da = _mm256_set1_ps(a[c][b].d);
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[c]);
+    acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[c]);
+  }
 }
 
 // Steps of k4x16_prompt_tile unrolled: without VNNI eight, with their 32 activation
@@ -324,76 +409,44 @@ void k4x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C]
   constexpr bool five = std::is_same_v<Block, BlockQ5_Kx16>;
   constexpr int kSpan = five && !kVnni ? 4 : 8;  // as in the tile below
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const int64_t nb = k / QK_K;
-  for (int half = 0; half < 2; ++half) {
-    const int r0 = 8 * half;
-    __m256 acc[C];
+  by_halves<C>(k, w, y, y_stride, [&](const Block& x, int r0, int64_t b, __m256(&acc)[C]) {
+    __m256i isum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const Block& x = w[b];
-      prefetch_block(w + b, 1);
-      __m256i isum[C];
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
-      for (int p = 0; p < 4; ++p) {
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
 #pragma GCC unroll 2
-        for (int part = 0; part < 2; ++part) {  // the low nibbles, then the high ones
-          const __m256i scale = scale_lanes(x.scales[2 * p + part] + r0);
-          const __m256i bit = _mm256_set1_epi8(char((1 + part) << (2 * p)));
+      for (int part = 0; part < 2; ++part) {  // the low nibbles, then the high ones
+        const __m256i scale = scale_lanes(x.scales[2 * p + part] + r0);
+        const __m256i bit = _mm256_set1_epi8(char((1 + part) << (2 * p)));
 #pragma GCC unroll 1
-          for (int u0 = 0; u0 < 8; u0 += kSpan) {
-            __m256i s16[C];
+        for (int u0 = 0; u0 < 8; u0 += kSpan) {
+          __m256i s16[C];
 #pragma GCC unroll 8
-            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+          for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
 #pragma GCC unroll kK4PromptUnroll
-            for (int u = u0; u < u0 + kSpan; ++u) {
-              const __m256i raw =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
-              __m256i q = _mm256_and_si256(part ? _mm256_srli_epi16(raw, 4) : raw, low4);
-              if constexpr (five) {
-                const __m256i fifth =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[u][r0]));
-                q = _mm256_add_epi8(
-                    q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit), bit),
-                                        _mm256_set1_epi8(16)));
-              }
-#pragma GCC unroll 8
-              for (int c = 0; c < C; ++c) {
-                const int8_t* qa = a[c][b].qs + 64 * p + 32 * part + 4 * u;
-                s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
-              }
+          for (int u = u0; u < u0 + kSpan; ++u) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
+            __m256i q = _mm256_and_si256(part ? _mm256_srli_epi16(raw, 4) : raw, low4);
+            if constexpr (five) {
+              const __m256i fifth =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[u][r0]));
+              q = add_where(q, fifth, bit, _mm256_set1_epi8(16));
             }
 #pragma GCC unroll 8
-            for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
+            for (int c = 0; c < C; ++c) {
+              const int8_t* qa = a[c][b].qs + 64 * p + 32 * part + 4 * u;
+              s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
+            }
           }
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
         }
       }
-      __m256i msum[C];
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        const __m256i mm = byte_pairs(x.mins[s] + r0);
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c)
-          msum[c] =
-              add_pair_products(msum[c], mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
-      }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-      const __m256 dmin =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const __m256 da = _mm256_set1_ps(a[c][b].d);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[c]);
-        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[c]);
-      }
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
-  }
+    k4_add_block(x, r0, a, b, isum, acc);
+  });
 }
 
 // 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
@@ -444,12 +497,8 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
               const __m256i fifth =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[u][r0]));
               const __m256i sixteen = _mm256_set1_epi8(16);
-              ql = _mm256_add_epi8(
-                  ql, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit_lo), bit_lo),
-                                       sixteen));
-              qh = _mm256_add_epi8(
-                  qh, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit_hi), bit_hi),
-                                       sixteen));
+              ql = add_where(ql, fifth, bit_lo, sixteen);
+              qh = add_where(qh, fifth, bit_hi, sixteen);
             }
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) {
@@ -464,27 +513,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
                 isum[c], _mm256_add_epi32(scale_sums(lo[c], s_lo), scale_sums(hi[c], s_hi)));
         }
       }
-      __m256i msum[C];
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        const __m256i mm = byte_pairs(x.mins[s] + r0);
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c)
-          msum[c] =
-              add_pair_products(msum[c], mm, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * s)));
-      }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-      const __m256 dmin =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const __m256 da = _mm256_set1_ps(a[c][b].d);
-        acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[h][c]);
-        acc[h][c] =
-            _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, da), acc[h][c]);
-      }
+      k4_add_block(x, r0, a, b, isum, acc[h]);
     }
   }
   store_halves(acc, y, y_stride);
@@ -501,82 +530,59 @@ template <int C>
 void q6_kx16_prompt_tile(int64_t k, const BlockQ6_Kx16* w, const BlockQ8_K* const (&a)[C], float* y,
                          size_t y_stride) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-  const int64_t nb = k / QK_K;
-  for (int half = 0; half < 2; ++half) {
-    const int r0 = 8 * half;
-    __m256 acc[C];
+  by_halves<C>(k, w, y, y_stride, [&](const BlockQ6_Kx16& x, int r0, int64_t b, __m256(&acc)[C]) {
+    __m256i isum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ6_Kx16& x = w[b];
-      prefetch_block(w + b, 1);
-      __m256i isum[C];
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int t = 4 * h + kk;
-          const __m256i pair = _mm256_cvtepi8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
-          __m256i s_first, s_second;
-          if constexpr (kVnni) {  // int32 lanes
-            s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
-            s_second = _mm256_srai_epi32(pair, 16);
-          } else {  // (s, s) pairs
-            s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-            s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
+      for (int kk = 0; kk < 4; ++kk) {
+        const int t = 4 * h + kk;
+        const __m256i pair = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
+        __m256i s_first, s_second;
+        signed_scales(pair, s_first, s_second);
+        const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          isum[c] = add_pair_products(isum[c], offset,
+                                      _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+        // u steps summed before scaling, as in the tile below.
+        constexpr int kSpan = kVnni ? 4 : 2;
+        // The ql bytes of this group (kk even: ql[h][0], odd: ql[h][1]; kk >= 2 their high
+        // nibbles) and its two bits of qh, shifted to 0x30.
+        const int lo = kk & 1, shift = kk >= 2 ? 4 : 0;
+#pragma GCC unroll 1
+        for (int u0 = 0; u0 < 8; u0 += kSpan) {
+          __m256i s16[C];
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+          for (int u = u0; u < u0 + kSpan; ++u) {
+            const __m256i ql =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][lo][u][r0]));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[h][u][r0]));
+            const __m256i high = kk == 0   ? _mm256_slli_epi16(qh, 4)
+                                 : kk == 1 ? _mm256_slli_epi16(qh, 2)
+                                 : kk == 2 ? qh
+                                           : _mm256_srli_epi16(qh, 2);
+            const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, shift), low4),
+                                              _mm256_and_si256(high, bits45));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              const int8_t* qa = a[c][b].qs + 128 * h + 32 * kk + 4 * u;
+              s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
+            }
           }
-          const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
+          const __m256i scale = u0 < 4 ? s_first : s_second;
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
-            isum[c] = add_pair_products(isum[c], offset,
-                                        _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
-          // u steps summed before scaling, as in the tile below.
-          constexpr int kSpan = kVnni ? 4 : 2;
-          // The ql bytes of this group (kk even: ql[h][0], odd: ql[h][1]; kk >= 2 their high
-          // nibbles) and its two bits of qh, shifted to 0x30.
-          const int lo = kk & 1, shift = kk >= 2 ? 4 : 0;
-#pragma GCC unroll 1
-          for (int u0 = 0; u0 < 8; u0 += kSpan) {
-            __m256i s16[C];
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int u = u0; u < u0 + kSpan; ++u) {
-              const __m256i ql =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][lo][u][r0]));
-              const __m256i qh =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh[h][u][r0]));
-              const __m256i high = kk == 0   ? _mm256_slli_epi16(qh, 4)
-                                   : kk == 1 ? _mm256_slli_epi16(qh, 2)
-                                   : kk == 2 ? qh
-                                             : _mm256_srli_epi16(qh, 2);
-              const __m256i q =
-                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, shift), low4),
-                                  _mm256_and_si256(high, bits45));
-#pragma GCC unroll 8
-              for (int c = 0; c < C; ++c) {
-                const int8_t* qa = a[c][b].qs + 128 * h + 32 * kk + 4 * u;
-                s16[c] = add_products(s16[c], q, _mm256_set1_epi32(load_i32(qa)));
-              }
-            }
-            const __m256i scale = u0 < 4 ? s_first : s_second;
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
-          }
+            isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
         }
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
-                                 _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[c]);
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
-  }
+    add_scaled(acc, isum, x.d + r0, a, b);
+  });
 }
 
 // 16 rows x C columns of Q6_Kx16, as two halves of 8 rows.
@@ -611,13 +617,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
           const int t = 4 * h + kk;
           const __m256i pair = _mm256_cvtepi8_epi16(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0])));
-          if constexpr (kVnni) {  // int32 lanes
-            s_first[kk] = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
-            s_second[kk] = _mm256_srai_epi32(pair, 16);
-          } else {  // (s, s) pairs
-            s_first[kk] = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-            s_second[kk] = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
-          }
+          signed_scales(pair, s_first[kk], s_second[kk]);
           // -32 x the scale pair (at most 4096 in magnitude) against the per-16 sums.
           const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-32));
 #pragma GCC unroll 8
@@ -671,11 +671,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
           }
         }
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[half][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
-                                       _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[half][c]);
+      add_scaled(acc[half], isum, x.d + r0, a, b);
     }
   }
   store_halves(acc, y, y_stride);
@@ -690,110 +686,82 @@ template <typename Block, int C>
 void k2x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C], float* y,
                        size_t y_stride) {
   constexpr bool q3 = std::is_same_v<Block, BlockQ3_Kx16>;
-  const __m256i low2 = _mm256_set1_epi8(3), low4w = _mm256_set1_epi32(0x0f);
-  const int64_t nb = k / QK_K;
-  for (int half = 0; half < 2; ++half) {
-    const int r0 = 8 * half;
-    __m256 acc[C];
+  const __m256i low2 = _mm256_set1_epi8(3);
+  by_halves<C>(k, w, y, y_stride, [&](const Block& x, int r0, int64_t b, __m256(&acc)[C]) {
+    __m256i isum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const Block& x = w[b];
-      prefetch_block(w + b, 1);
-      __m256i isum[C];
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          // Scale pair t = 4h + kk as in the tile below.
-          const int t = 4 * h + kk;
-          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]));
-          __m256i s_first, s_second;
-          if constexpr (q3) {
-            const __m256i pair = _mm256_cvtepi8_epi16(bytes);
-            if constexpr (kVnni) {
-              s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
-              s_second = _mm256_srai_epi32(pair, 16);
-            } else {
-              s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-              s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
-            }
-            const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-4));
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c)
-              isum[c] = add_pair_products(isum[c], offset,
-                                          _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
-          } else {
-            const __m256i pair = _mm256_cvtepu8_epi16(bytes);
-            s_first = _mm256_and_si256(pair, low4w);
-            s_second = _mm256_and_si256(_mm256_srli_epi32(pair, 16), low4w);
-            if constexpr (!kVnni) {
-              s_first = _mm256_or_si256(s_first, _mm256_slli_epi32(s_first, 16));
-              s_second = _mm256_or_si256(s_second, _mm256_slli_epi32(s_second, 16));
-            }
-          }
-          const __m256i high_bit = _mm256_set1_epi8(char(1 << t));
-#pragma GCC unroll 1
-          for (int u0 = 0; u0 < 8; u0 += 4) {
-            __m256i s16[C];
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int u = u0; u < u0 + 4; ++u) {
-              const __m256i raw =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
-              __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
-              if constexpr (q3) {
-                const __m256i hm =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
-                q = _mm256_add_epi8(
-                    q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, high_bit), high_bit),
-                                        _mm256_set1_epi8(4)));
-              }
-#pragma GCC unroll 8
-              for (int c = 0; c < C; ++c)
-                s16[c] = add_products(
-                    s16[c], q, _mm256_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u)));
-            }
-            const __m256i scale = u0 == 0 ? s_first : s_second;
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
-          }
-        }
-      }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.d + r0)));
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
-                                 _mm256_mul_ps(d, _mm256_set1_ps(a[c][b].d)), acc[c]);
-      if constexpr (!q3) {
-        __m256i msum[C];
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
-          const __m256i mins = _mm256_srli_epi16(
-              _mm256_cvtepu8_epi16(
-                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]))),
-              4);
+      for (int kk = 0; kk < 4; ++kk) {
+        // Scale pair t = 4h + kk as in the tile below.
+        const int t = 4 * h + kk;
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]));
+        __m256i s_first, s_second;
+        if constexpr (q3) {
+          const __m256i pair = _mm256_cvtepi8_epi16(bytes);
+          signed_scales(pair, s_first, s_second);
+          const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-4));
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c)
-            msum[c] = add_pair_products(msum[c], mins,
+            isum[c] = add_pair_products(isum[c], offset,
                                         _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+        } else {
+          const __m256i pair = _mm256_cvtepu8_epi16(bytes);
+          q2_scales(pair, s_first, s_second);
         }
-        const __m256 dmin =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+        const __m256i high_bit = _mm256_set1_epi8(char(1 << t));
+#pragma GCC unroll 1
+        for (int u0 = 0; u0 < 8; u0 += 4) {
+          __m256i s16[C];
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c)
-          acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]),
-                                    _mm256_mul_ps(dmin, _mm256_set1_ps(a[c][b].d)), acc[c]);
+          for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+          for (int u = u0; u < u0 + 4; ++u) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
+            __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
+            if constexpr (q3) {
+              const __m256i hm =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
+              q = add_where(q, hm, high_bit, _mm256_set1_epi8(4));
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+              s16[c] = add_products(
+                  s16[c], q, _mm256_set1_epi32(load_i32(a[c][b].qs + 128 * h + 32 * kk + 4 * u)));
+          }
+          const __m256i scale = u0 == 0 ? s_first : s_second;
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(isum[c], scale_sums(s16[c], scale));
+        }
       }
     }
+    add_scaled(acc, isum, x.d + r0, a, b);
+    if constexpr (!q3) {
+      __m256i msum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * y_stride + r0, acc[c]);
-  }
+      for (int c = 0; c < C; ++c) msum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const __m256i mins = _mm256_srli_epi16(
+            _mm256_cvtepu8_epi16(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[t][r0]))),
+            4);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c)
+          msum[c] =
+              add_pair_products(msum[c], mins, _mm256_set1_epi32(load_i32(a[c][b].bsums + 2 * t)));
+      }
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.dmin + r0)));
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]),
+                                  _mm256_mul_ps(dmin, _mm256_set1_ps(a[c][b].d)), acc[c]);
+    }
+  });
 }
 
 // 16 rows x C columns of Q2_Kx16 or Q3_Kx16, as two halves of 8 rows: sub-blocks of 16 like
@@ -808,7 +776,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
   if constexpr (C > 1) return k2x16_prompt_tile<Block, C>(k, w, a, y, y_stride);
-  const __m256i low2 = _mm256_set1_epi8(3), low4w = _mm256_set1_epi32(0x0f);
+  const __m256i low2 = _mm256_set1_epi8(3);
   __m256 acc[2][C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
@@ -832,22 +800,11 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
           __m256i s_first, s_second, pair_term;
           if constexpr (q3) {
             const __m256i pair = _mm256_cvtepi8_epi16(bytes);
-            if constexpr (kVnni) {  // int32 lanes
-              s_first = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
-              s_second = _mm256_srai_epi32(pair, 16);
-            } else {  // (s, s) pairs
-              s_first = _mm256_blend_epi16(pair, _mm256_slli_epi32(pair, 16), 0xAA);
-              s_second = _mm256_blend_epi16(_mm256_srli_epi32(pair, 16), pair, 0xAA);
-            }
+            signed_scales(pair, s_first, s_second);
             pair_term = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-4));  // the offset of 4
           } else {
             const __m256i pair = _mm256_cvtepu8_epi16(bytes);
-            s_first = _mm256_and_si256(pair, low4w);
-            s_second = _mm256_and_si256(_mm256_srli_epi32(pair, 16), low4w);
-            if constexpr (!kVnni) {
-              s_first = _mm256_or_si256(s_first, _mm256_slli_epi32(s_first, 16));
-              s_second = _mm256_or_si256(s_second, _mm256_slli_epi32(s_second, 16));
-            }
+            q2_scales(pair, s_first, s_second);
             pair_term = _mm256_srli_epi16(pair, 4);  // the mins
           }
           const __m256i high_bit = _mm256_set1_epi8(char(1 << t));
@@ -864,9 +821,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
             if constexpr (q3) {
               const __m256i hm =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
-              q = _mm256_add_epi8(
-                  q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, high_bit), high_bit),
-                                      _mm256_set1_epi8(4)));
+              q = add_where(q, hm, high_bit, _mm256_set1_epi8(4));
             }
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) {
