@@ -450,6 +450,8 @@ void k4x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C]
 }
 
 // 16 rows x C columns of Q4_Kx16 or Q5_Kx16, as two halves of 8 rows; y[c * y_stride + j].
+// Several columns go to k4x16_prompt_tile; one (decoding) takes both halves of each
+// super-block together, as the weights stream past, and asks for the next one as it goes.
 template <typename Block, int C>
 void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                 size_t y_stride) {
@@ -468,7 +470,6 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int r0 = 8 * h;
@@ -487,8 +488,7 @@ void k4x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
           for (int c = 0; c < C; ++c) lo[c] = hi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
           for (int u = u0; u < u0 + kSpan; ++u) {
-            if constexpr (C == 1)
-              if (h == 0) prefetch_next_part(&x, 8 * p + u, 32);
+            if (h == 0) prefetch_next_part(&x, 8 * p + u, 32);
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[p][u][r0]));
             __m256i ql = _mm256_and_si256(raw, low4);
@@ -585,7 +585,8 @@ void q6_kx16_prompt_tile(int64_t k, const BlockQ6_Kx16* w, const BlockQ8_K* cons
   });
 }
 
-// 16 rows x C columns of Q6_Kx16, as two halves of 8 rows.
+// 16 rows x C columns of Q6_Kx16, as two halves of 8 rows. Several columns go to
+// q6_kx16_prompt_tile; one (decoding) takes both halves of each super-block together.
 template <int C>
 void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                   size_t y_stride) {
@@ -600,7 +601,6 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_Kx16& x = w[b];
-    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;
@@ -636,8 +636,7 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
             s16[0][c] = s16[1][c] = s16[2][c] = s16[3][c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
           for (int u = u0; u < u0 + kSpan; ++u) {
-            if constexpr (C == 1)
-              if (half == 0) prefetch_next_part(&x, 8 * h + u, 16);
+            if (half == 0) prefetch_next_part(&x, 8 * h + u, 16);
             const __m256i ql0 =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql[h][0][u][r0]));
             const __m256i ql1 =
@@ -767,7 +766,8 @@ void k2x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C]
 // 16 rows x C columns of Q2_Kx16 or Q3_Kx16, as two halves of 8 rows: sub-blocks of 16 like
 // Q6_K, 2-bit levels (Q3_K's high bit adds 4, its stored offset of 4 comes off through the
 // activation sums per 16, Q2_K's mins the same way as Q4_K's). Levels reach 7, so the int16
-// pairs of a sub-block's four u steps stay within 4 x 2 x 7 x 127 < 2^15.
+// pairs of a sub-block's four u steps stay within 4 x 2 x 7 x 127 < 2^15. Several columns go to
+// k2x16_prompt_tile; one (decoding) takes both halves of each super-block together.
 template <typename Block, int C>
 void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                 size_t y_stride) {
@@ -783,7 +783,6 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const int64_t nb = k / QK_K;
   for (int64_t b = 0; b < nb; ++b) {
     const Block& x = w[b];
-    if constexpr (C > 1) prefetch_block(w + b, 1);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       const int r0 = 8 * half;
@@ -813,8 +812,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
           for (int c = 0; c < C; ++c) first[c] = second[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
           for (int u = 0; u < 8; ++u) {
-            if constexpr (C == 1)
-              if (half == 0) prefetch_next_part(&x, 32 * h + 8 * kk + u, 64);
+            if (half == 0) prefetch_next_part(&x, 32 * h + 8 * kk + u, 64);
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
             __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
