@@ -60,7 +60,7 @@ void attention_decode(benchmark::State& state, int64_t span, int threads, bool c
 
 const bool registered = [] {
   for (bool cold : {true, false})
-    for (int64_t span : {64, 128, 1024})
+    for (int64_t span : {16, 64, 96, 128, 1024})
       for (int threads : {1, 2}) {
         const std::string name = std::string("attention_decode/") + (cold ? "cold" : "warm") + "/" +
                                  std::to_string(span) + "/" + std::to_string(threads);

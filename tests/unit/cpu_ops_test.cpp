@@ -434,45 +434,52 @@ TEST_P(CpuOps, AttentionOverPerTokenPositionsAndPlanes) {
 }
 
 // Decoding one token over long spans of the cache, across a ring's wrap and with windows,
-// against the reference; and the same bits with 1 and 3 threads (which split the heads into
-// tasks differently).
+// against the reference; and the same bits with 1, 2 and 3 threads, which split the runs of
+// positions into pieces of heads differently: whole groups of cache heads, or some heads of one
+// group (with one cache head, the only split there is).
 TEST(CpuAttention, DecodeOverLongSpansMatchesTheReferenceWhateverTheThreads) {
-  const int64_t hd = 40, n_head = 8, n_kv = 2;
-  Runner one(1), three(3);
+  Runner one(1), two(2), three(3);
   struct Case {
     int32_t n_past, window;
     int64_t slots;  // the cache's positions; a ring when the window is set
   };
-  for (const Case& c : {Case{0, 0, 8}, Case{31, 0, 40}, Case{32, 0, 40}, Case{95, 0, 100},
-                        Case{300, 0, 301}, Case{200, 70, 70}, Case{203, 45, 45}}) {
-    SCOPED_TRACE("n_past " + std::to_string(c.n_past) + ", window " + std::to_string(c.window));
-    const int64_t end = c.n_past + 1, slots = c.slots;
-    const int64_t first = c.window > 0 ? std::max<int64_t>(0, end - c.window) : 0;
-    auto q = random_floats(size_t(hd * n_head), 41);
-    auto kf = random_floats(size_t(hd * n_kv * slots), 42, 2.0f);
-    auto vf = random_floats(size_t(hd * n_kv * slots), 43);
-    std::vector<uint16_t> k(kf.size()), v(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
-    const float scale = 0.2f;
-    const auto run = [&](Runner& r) {
-      Graph g;
-      Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, 1, 1}, q.data());
-      Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, 1}, k.data());
-      Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, 1}, v.data());
-      return r.run(g, g.attention(qt, kt, vt, c.n_past, scale, c.window));
-    };
-    const std::vector<float> got = run(one);
-    for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t kvh = h / (n_head / n_kv);
-      const auto at = [&](int64_t j, int64_t i) {
-        return size_t(((j % slots) * n_kv + kvh) * hd + i);
+  struct Heads {
+    int64_t n_head, n_kv;
+  };
+  for (const Heads& heads : {Heads{8, 2}, Heads{6, 1}})
+    for (const Case& c : {Case{0, 0, 8}, Case{31, 0, 40}, Case{32, 0, 40}, Case{95, 0, 100},
+                          Case{300, 0, 301}, Case{200, 70, 70}, Case{203, 45, 45}}) {
+      const int64_t hd = 40, n_head = heads.n_head, n_kv = heads.n_kv;
+      SCOPED_TRACE("heads " + std::to_string(n_head) + "/" + std::to_string(n_kv) + ", n_past " +
+                   std::to_string(c.n_past) + ", window " + std::to_string(c.window));
+      const int64_t end = c.n_past + 1, slots = c.slots;
+      const int64_t first = c.window > 0 ? std::max<int64_t>(0, end - c.window) : 0;
+      auto q = random_floats(size_t(hd * n_head), 41);
+      auto kf = random_floats(size_t(hd * n_kv * slots), 42, 2.0f);
+      auto vf = random_floats(size_t(hd * n_kv * slots), 43);
+      std::vector<uint16_t> k(kf.size()), v(vf.size());
+      for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+      const float scale = 0.2f;
+      const auto run = [&](Runner& r) {
+        Graph g;
+        Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, 1, 1}, q.data());
+        Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, 1}, k.data());
+        Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, 1}, v.data());
+        return r.run(g, g.attention(qt, kt, vt, c.n_past, scale, c.window));
       };
-      ASSERT_NO_FATAL_FAILURE(
-          expect_row_matches_reference(got, q, k, v, h, hd, first, end, scale, at))
-          << "head " << h;
+      const std::vector<float> got = run(one);
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t kvh = h / (n_head / n_kv);
+        const auto at = [&](int64_t j, int64_t i) {
+          return size_t(((j % slots) * n_kv + kvh) * hd + i);
+        };
+        ASSERT_NO_FATAL_FAILURE(
+            expect_row_matches_reference(got, q, k, v, h, hd, first, end, scale, at))
+            << "head " << h;
+      }
+      EXPECT_EQ(got, run(two));
+      EXPECT_EQ(got, run(three));
     }
-    EXPECT_EQ(got, run(three));
-  }
 }
 
 TEST_P(CpuOps, CopyConvertsIntoAStridedView) {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -45,30 +46,40 @@ constexpr int64_t kTasksPerThread = 2;
 
 // Byte ranges a task will read, in the order it reads them, asked for (prefetched into the L2
 // cache) a piece at a time: take(n) asks for the next n bytes, so a task that takes what it is
-// about to read, after a first lead, keeps that lead ahead of its reads.
+// about to read, after a first lead, keeps that lead ahead of its reads. A range is `rows` pieces
+// of `bytes` bytes, `stride` bytes apart (a task's cache heads in each position's row).
 class Ahead {
  public:
-  void add(const char* p, size_t bytes) {
-    if (n_ < ranges_.size()) ranges_[n_++] = {p, bytes};
+  void add(const char* p, int64_t rows, size_t bytes, size_t stride) {
+    if (bytes == stride) bytes *= size_t(rows), rows = 1;  // whole rows: one stretch
+    if (n_ < ranges_.size() && rows > 0 && bytes > 0) ranges_[n_++] = {p, rows, bytes, stride};
   }
   void take(size_t bytes) {
-    for (; bytes > 0 && i_ < n_;) {
+    while (bytes > 0 && i_ < n_) {
       const Range& r = ranges_[i_];
+      const char* from = r.p + size_t(row_) * r.stride + done_;
       const size_t n = std::min(bytes, r.bytes - done_);
-      for (size_t o = 0; o < n; o += 64) __builtin_prefetch(r.p + done_ + o, 0, 2);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(from + n);
+      for (uintptr_t a = reinterpret_cast<uintptr_t>(from) & ~uintptr_t(63); a < end; a += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(a), 0, 2);
       bytes -= n;
       done_ += n;
-      if (done_ == r.bytes) ++i_, done_ = 0;
+      if (done_ == r.bytes) {
+        done_ = 0;
+        if (++row_ == r.rows) ++i_, row_ = 0;
+      }
     }
   }
 
  private:
   struct Range {
     const char* p;
-    size_t bytes;
+    int64_t rows;
+    size_t bytes, stride;
   };
   std::array<Range, 4> ranges_{};  // K and V, each split at most once by a ring's wrap
   size_t n_ = 0, i_ = 0, done_ = 0;
+  int64_t row_ = 0;
 };
 
 // Tokens [t0, t1) of one sequence (cache plane) at consecutive positions.
@@ -184,80 +195,108 @@ void attention(Context& ctx, Tensor& node) {
     });
   };
 
-  // Decoding (one token per block): a task takes a run of kDecodeRun positions of one block for
-  // every cache head. A position's K (and V) rows of all heads lie together, so the run is one
-  // stretch of memory, where one head's rows alone lie a whole cache row apart and stream at a
-  // fraction of the bandwidth. The task reads it in chunks of kDecodeChunk positions, every
-  // head's rows of a chunk before the next chunk's, so in address order, and asks for the bytes
-  // kDecodeLead ahead of those it reads as it goes (Ahead): asking for the whole run at the
-  // task's start stalled it until the run had arrived, with nothing computed meanwhile. Each query
-  // gets a partial softmax over the run (its maximum, its sum, its weighted V sum); the runs are
-  // merged in position order, so the result does not depend on the number of threads.
-  std::vector<int64_t> first_run(blocks.size() + 1, 0);
+  // Decoding (one token per block): a task takes a run of kDecodeRun positions of one block
+  // (fewer where the block's span is short of two such runs: half the span, in whole chunks, so
+  // that two threads share it) for every head, or where that still leaves threads idle, for a
+  // piece of the heads: those of fewer cache heads, or fewer heads of one cache head's group.
+  // A position's K (and V) rows of the task's heads lie together, so the run is one stretch of
+  // memory (or one piece of each position's row), where one head's rows alone lie a whole cache
+  // row apart and stream at a fraction of the bandwidth. The task reads it in chunks of
+  // kDecodeChunk positions, every cache head's rows of a chunk before the next chunk's, so in
+  // address order, and asks for the bytes kDecodeLead ahead of those it reads as it goes
+  // (Ahead): asking for the whole run at the task's start stalled it until the run had
+  // arrived, with nothing computed meanwhile. Each query gets a partial softmax over the run
+  // (its maximum, its sum, its weighted V sum), the same whatever the piece of heads; the runs,
+  // which follow from the span alone, are merged in position order, so the result does not
+  // depend on the number of threads.
+  std::vector<int64_t> first_run(blocks.size() + 1, 0), run_length(blocks.size());
   bool decode = true;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     decode = decode && blocks[bi].t1 - blocks[bi].t0 == 1;
-    const int64_t end = position(blocks[bi].t0) + 1;
-    first_run[bi + 1] = first_run[bi] + (end - visible_from(end) + kDecodeRun - 1) / kDecodeRun;
+    const int64_t end = position(blocks[bi].t0) + 1, span = end - visible_from(end);
+    const int64_t half = (span + 2 * kDecodeChunk - 1) / (2 * kDecodeChunk) * kDecodeChunk;
+    run_length[bi] = std::clamp(half, kDecodeChunk, kDecodeRun);
+    first_run[bi + 1] = first_run[bi] + (span + run_length[bi] - 1) / run_length[bi];
   }
   if (decode) {
     const int64_t runs = first_run.back();
+    // Heads per task: the largest piece (whole groups of cache heads, else a divisor of one
+    // group) that gives every thread a task. Pieces of rows share cache lines and the
+    // prefetchers' streams, so they come second to runs of whole rows.
+    const int64_t want = int64_t(ctx.pool->size());
+    int64_t heads = n_head;
+    const auto fits = [&](int64_t h) {
+      return n_head % h == 0 && (h % group == 0 ? n_kv_head % (h / group) == 0 : group % h == 0);
+    };
+    while (heads > 1 && runs * (n_head / heads) < want) {
+      int64_t h = heads - 1;
+      while (!fits(h)) --h;
+      heads = h;
+    }
+    const int64_t pieces = n_head / heads;
     // Per (run, head): the maximum, the sum and hd weighted sums.
     const size_t part = size_t(hd) + 2;
     std::vector<float> parts(size_t(runs) * size_t(n_head) * part);
-    // Chunks of a run: the K (then V) rows of every cache head for kDecodeChunk positions,
-    // one stretch of memory, taken in address order while the stretch ahead is asked for. A
-    // chunk boundary is a multiple of the tile's rows, so the scores are grouped as in `score`
-    // over the whole run, and the V sums continue in position order: the same results.
+    // Chunks of a run: the K (then V) rows of the task's cache heads for kDecodeChunk
+    // positions, taken in address order while the bytes ahead are asked for. A chunk boundary
+    // is a multiple of the tile's rows, so the scores are grouped as in `score` over the whole
+    // run, and the V sums continue in position order: the same results.
     const int64_t chunk = kDecodeChunk % R == 0 ? kDecodeChunk : kDecodeRun;
-    ctx.pool->parallel_for(runs, [&](int64_t task, int) {
-      const size_t bi = size_t(std::upper_bound(first_run.begin(), first_run.end(), task) -
-                               first_run.begin() - 1);
+    ctx.pool->parallel_for(runs * pieces, [&](int64_t task, int) {
+      const int64_t run = task / pieces;
+      const int64_t h0 = task % pieces * heads, h1 = h0 + heads;
+      const int64_t kv0 = h0 / group, kv1 = (h1 - 1) / group + 1;
+      const int64_t per_kv = std::min(heads, group);  // the task's heads of each cache head
+      const size_t bi =
+          size_t(std::upper_bound(first_run.begin(), first_run.end(), run) - first_run.begin() - 1);
       const TokenBlock& b = blocks[bi];
       const int64_t end = position(b.t0) + 1, lo = visible_from(end);
-      const int64_t from = lo + (task - first_run[bi]) * kDecodeRun;
-      const int64_t to = std::min(end, from + kDecodeRun), n = to - from;
+      const int64_t from = lo + (run - first_run[bi]) * run_length[bi];
+      const int64_t to = std::min(end, from + run_length[bi]), n = to - from;
       Ahead ahead;
       for (const Tensor* cache : {&kc, &vc})
         slot_runs(from, to, [&](int64_t a, int64_t c) {
-          ahead.add(static_cast<const char*>(row_ptr(*cache, 0, a % slots, b.plane)),
-                    size_t(c - a) * cache->nb[2]);
+          ahead.add(static_cast<const char*>(row_ptr(*cache, kv0, a % slots, b.plane)), c - a,
+                    size_t(kv1 - kv0) * cache->nb[1], cache->nb[2]);
         });
       ahead.take(kDecodeLead);
       thread_local std::vector<float> queries, scores, sums;
       thread_local std::vector<char> gathered;
-      queries.resize(size_t(n_head * hd));
-      scores.resize(size_t(n_head * n));
-      sums.resize(size_t(n_head * hd));
-      for (int64_t h = 0; h < n_head; ++h)
-        std::memcpy(&queries[size_t(h * hd)], row_ptr(q, h, b.t0), size_t(hd) * sizeof(float));
+      queries.resize(size_t(heads * hd));
+      scores.resize(size_t(heads * n));
+      sums.resize(size_t(heads * hd));
+      for (int64_t h = h0; h < h1; ++h)
+        std::memcpy(&queries[size_t((h - h0) * hd)], row_ptr(q, h, b.t0),
+                    size_t(hd) * sizeof(float));
+      // fn(kvh, i, a, c): cache head kvh, whose heads start at the task's head h0 + i.
       const auto chunks = [&](const Tensor& cache, const auto& fn) {
         for (int64_t a = from; a < to;) {
           const int64_t c = std::min(to, (a / chunk + 1) * chunk);
-          for (int64_t kvh = 0; kvh < n_kv_head; ++kvh) {
-            ahead.take(size_t(c - a) * cache.nb[2] / size_t(n_kv_head));
-            fn(kvh, a, c);
+          for (int64_t kvh = kv0; kvh < kv1; ++kvh) {
+            ahead.take(size_t(c - a) * cache.nb[1]);
+            fn(kvh, std::max(h0, kvh * group) - h0, a, c);
           }
           a = c;
         }
       };
-      chunks(kc, [&](int64_t kvh, int64_t a, int64_t c) {
-        score(kvh, b.plane, a, c, &queries[size_t(kvh * group * hd)], int(group),
-              &scores[size_t(kvh * group * n + (a - from))], size_t(n), gathered);
+      chunks(kc, [&](int64_t kvh, int64_t i, int64_t a, int64_t c) {
+        score(kvh, b.plane, a, c, &queries[size_t(i * hd)], int(per_kv),
+              &scores[size_t(i * n + (a - from))], size_t(n), gathered);
       });
-      float* out = &parts[size_t(task) * size_t(n_head) * part];
-      for (int64_t h = 0; h < n_head; ++h) {
-        float* p = &scores[size_t(h * n)];
+      float* out = &parts[size_t(run) * size_t(n_head) * part];
+      for (int64_t h = h0; h < h1; ++h) {
+        float* p = &scores[size_t((h - h0) * n)];
         out[size_t(h) * part + 1] =
             float(softmax_exp(rows, p, scale, p, n, &out[size_t(h) * part]));
       }
       std::fill(sums.begin(), sums.end(), 0.0f);
-      chunks(vc, [&](int64_t kvh, int64_t a, int64_t c) {
-        weigh(kvh, b.plane, a, c, &scores[size_t(kvh * group * n + (a - from))], size_t(n),
-              int(group), &sums[size_t(kvh * group * hd)]);
+      chunks(vc, [&](int64_t kvh, int64_t i, int64_t a, int64_t c) {
+        weigh(kvh, b.plane, a, c, &scores[size_t(i * n + (a - from))], size_t(n), int(per_kv),
+              &sums[size_t(i * hd)]);
       });
-      for (int64_t h = 0; h < n_head; ++h)
-        std::memcpy(&out[size_t(h) * part + 2], &sums[size_t(h * hd)], size_t(hd) * sizeof(float));
+      for (int64_t h = h0; h < h1; ++h)
+        std::memcpy(&out[size_t(h) * part + 2], &sums[size_t((h - h0) * hd)],
+                    size_t(hd) * sizeof(float));
     });
     for (size_t bi = 0; bi < blocks.size(); ++bi)
       for (int64_t h = 0; h < n_head; ++h) {
