@@ -676,6 +676,20 @@ void q6_kx16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_st
   store_halves(acc, y, y_stride);
 }
 
+// The 2-bit levels of step u of sub-block pair (h, kk) of Q2_Kx16 or Q3_Kx16 for the 8 rows
+// from r0, one byte each; Q3_K's high bit (high_bit, 1 << (4h + kk), in its hmask) adds 4.
+template <typename Block>
+inline __m256i k2_levels(const Block& x, int h, int kk, int u, int r0, __m256i high_bit) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
+  const __m256i q =
+      _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), _mm256_set1_epi8(3));
+  if constexpr (std::is_same_v<Block, BlockQ3_Kx16>)
+    return add_where(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0])),
+                     high_bit, _mm256_set1_epi8(4));
+  else
+    return q;
+}
+
 // Q2_Kx16 or Q3_Kx16 for several columns, for the reason of q6_kx16_prompt_tile: one half of
 // 8 rows over all super-blocks, then the other, a sub-block's first four u steps before its
 // second four, and Q2_K's mins after the levels, so that per column one float, one int32
@@ -685,7 +699,6 @@ template <typename Block, int C>
 void k2x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C], float* y,
                        size_t y_stride) {
   constexpr bool q3 = std::is_same_v<Block, BlockQ3_Kx16>;
-  const __m256i low2 = _mm256_set1_epi8(3);
   by_halves<C>(k, w, y, y_stride, [&](const Block& x, int r0, int64_t b, __m256(&acc)[C]) {
     __m256i isum[C];
 #pragma GCC unroll 8
@@ -717,14 +730,7 @@ void k2x16_prompt_tile(int64_t k, const Block* w, const BlockQ8_K* const (&a)[C]
           for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
           for (int u = u0; u < u0 + 4; ++u) {
-            const __m256i raw =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
-            __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
-            if constexpr (q3) {
-              const __m256i hm =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
-              q = add_where(q, hm, high_bit, _mm256_set1_epi8(4));
-            }
+            const __m256i q = k2_levels(x, h, kk, u, r0, high_bit);
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c)
               s16[c] = add_products(
@@ -776,7 +782,6 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
   const BlockQ8_K* a[C];
   column_blocks(av, a_stride, a);
   if constexpr (C > 1) return k2x16_prompt_tile<Block, C>(k, w, a, y, y_stride);
-  const __m256i low2 = _mm256_set1_epi8(3);
   __m256 acc[2][C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
@@ -813,14 +818,7 @@ void k2x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stri
 #pragma GCC unroll 8
           for (int u = 0; u < 8; ++u) {
             if (half == 0) prefetch_next_part(&x, 32 * h + 8 * kk + u, 64);
-            const __m256i raw =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs[h][u][r0]));
-            __m256i q = _mm256_and_si256(kk == 0 ? raw : _mm256_srli_epi16(raw, 2 * kk), low2);
-            if constexpr (q3) {
-              const __m256i hm =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask[u][r0]));
-              q = add_where(q, hm, high_bit, _mm256_set1_epi8(4));
-            }
+            const __m256i q = k2_levels(x, h, kk, u, r0, high_bit);
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) {
               const __m256i qa =
