@@ -11,6 +11,7 @@
 
 #include "backend/device_choice.h"
 #include "cli/commands.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/version.h"
@@ -71,6 +72,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "polystack: error: %s (see --help)\n",
                  ps::cli::one_line(e.what()).c_str());
+    return 2;
+  }
+  try {
+    // A bad POLYSTACK_ISA is the user's mistake, said as such: left to the CPU backend, it
+    // would show only as the CPU failing its probe.
+    (void)ps::active_isa_level();
+  } catch (const ps::UsageError& e) {
+    std::fprintf(stderr, "polystack: error: %s\n", ps::cli::one_line(e.what()).c_str());
     return 2;
   }
   try {

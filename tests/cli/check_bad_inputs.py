@@ -353,6 +353,11 @@ def flag_cases(model: str, vulkan_present: bool) -> list[Case]:
              may_follow_progress=True,
              env={"HOME": os.path.join(model + ".empty-home"),
                   "POLYSTACK_PYTHON": model + ".no-such-python"}),
+        # A kernel level that is not one: named as such, for every command.
+        Case("POLYSTACK_ISA=bogus: run", run, expect_code=2,
+             must_mention=("POLYSTACK_ISA=bogus", "avx512"), env={"POLYSTACK_ISA": "bogus"}),
+        Case("POLYSTACK_ISA=auto: devices", ["devices"], expect_code=2,
+             must_mention=("POLYSTACK_ISA=auto",), env={"POLYSTACK_ISA": "auto"}),
         Case("prompt file missing", ["run", "-m", model, "-f", model + ".no-such-prompt"],
              must_mention=(model + ".no-such-prompt",)),
     ]
