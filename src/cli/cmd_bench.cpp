@@ -106,12 +106,12 @@ Action add_bench(CLI::App& app) {
 
   return [o] {
     std::vector<std::string> devices = o->devices;
-    if (devices.empty()) devices.push_back(o->mf.session.device);
+    if (devices.empty()) devices.push_back(o->mf.context.device);
     std::vector<std::string> ngls = o->ngl;
     if (ngls.empty()) ngls.push_back("auto");
     for (const std::string& d : devices) {
       ModelFlags one = o->mf;
-      one.session.device = d;
+      one.context.device = d;
       check_device_flag(one);
     }
     auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
@@ -129,7 +129,7 @@ Action add_bench(CLI::App& app) {
           // The same token ids on every device and thread count.
           std::mt19937 rng(1234);
           std::uniform_int_distribution<int32_t> tok(0, int32_t(p.n_vocab - 1));
-          SessionOptions so = o->mf.session;
+          ContextOptions so = o->mf.context;
           so.device = spec;
           so.n_threads = t;
           so.n_gpu_layers = parse_gpu_layers(ngl);
@@ -140,7 +140,7 @@ Action add_bench(CLI::App& app) {
           int batch = 1;
           for (int n : o->pp) batch = std::max(batch, n);
           so.n_batch = batch;
-          Session s(model, so);
+          ModelContext s(model, so);
           print_device_choice(s);
           // The device, or the devices of a split ("vulkan:0+cpu").
           std::string device_id;

@@ -34,7 +34,7 @@ Action add_logits(CLI::App& app) {
     }
     check_device_flag(o->mf);
     auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
-    Session s(model, o->mf.session);
+    ModelContext s(model, o->mf.context);
     print_device_choice(s);
     const std::vector<float> logits = s.eval(ids, /*all_logits=*/true);
     std::FILE* f = std::fopen(o->out.c_str(), "wb");

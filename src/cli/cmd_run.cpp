@@ -6,16 +6,12 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
 namespace ps::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string describe(const LoadedModel& m) {
   const ModelParams& p = m.model->params();
@@ -61,80 +57,69 @@ Action add_run(CLI::App& app) {
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     auto model = LoadedModel::load(path);
-    // The device first: a device that fails its self-check ends the command in one line.
-    Session session(model, o->mf.session);
+    // The device first: a device that fails its self-check ends the command in one line. One
+    // sequence on the engine that `serve` runs.
+    Engine engine(model, o->mf.context, /*n_slots=*/1, /*max_queue=*/0);
+    const ModelContext& ctx = engine.context();
     fmt::print(stderr, "polystack: loaded {} in {:.0f} ms: {}\n", path, model->load_seconds * 1e3,
                describe(*model));
-    const DeviceInfo& dev = session.device().info();
-    print_device_choice(session);
+    const DeviceInfo& dev = ctx.device().info();
+    print_device_choice(ctx);
     if (o->verbose) {
       const ModelParams& mp = model->model->params();
       fmt::print(stderr, "polystack: model features: {}\n",
                  mp.features.empty() ? std::string("none beyond the plain " + mp.architecture)
                                      : fmt::format("{}", fmt::join(mp.features, "; ")));
-      print_plan_detail(session);
+      print_plan_detail(ctx);
     }
 
-    SamplerParams sp = o->sp;
-    sp.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();
+    CompletionRequest req;
+    req.sampling = o->sp;
+    req.sampling.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();
+    req.max_tokens = o->n_predict;
+    req.ignore_eos = o->ignore_eos;
     const Tokenizer& tok = *model->tokenizer;
-    Sampler sampler(sp, tok.n_vocab());
-    std::vector<int32_t> ids = tok.encode(prompt, true, true);
-    if (ids.empty()) throw UsageError("the prompt is empty and the model adds no BOS token");
-    if (int64_t(ids.size()) >= session.n_ctx())
+    req.prompt = tok.encode(prompt, true, true);
+    if (req.prompt.empty()) throw UsageError("the prompt is empty and the model adds no BOS token");
+    if (int64_t(req.prompt.size()) >= ctx.n_ctx())
       throw UsageError(fmt::format("the prompt has {} tokens but the context holds only {} (-c)",
-                                   ids.size(), session.n_ctx()));
+                                   req.prompt.size(), ctx.n_ctx()));
     fmt::print(stderr, "polystack: context {}, prompt {} tokens, seed {}, threads {}\n",
-               session.n_ctx(), ids.size(), sp.seed, session.device().threads());
-    for (int32_t id : ids) sampler.accept(id);
-
-    auto t0 = Clock::now();
-    std::vector<float> logits = session.eval(ids);
-    const double prompt_s = seconds_since(t0);
-
-    int generated = 0, n_eval = 0;
-    size_t step_copy_bytes = 0;
-    double step_copy_s = 0;
-    std::string stop = "token limit";
-    t0 = Clock::now();
-    while (o->n_predict < 0 || generated < o->n_predict) {
-      const int32_t next = sampler.sample(logits);
-      sampler.accept(next);
-      if (tok.is_eog(next) && !o->ignore_eos) {
-        stop = "end of text";
+               ctx.n_ctx(), req.prompt.size(), req.sampling.seed, ctx.device().threads());
+    const size_t n_prompt = req.prompt.size();
+    const std::shared_ptr<Stream> events = engine.submit(std::move(req));
+    if (!events) throw BackendError("the engine refused the request");
+    StreamEvent done;
+    for (;;) {
+      std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(1000));
+      if (!e) continue;
+      if (!e->text.empty()) {
+        std::fwrite(e->text.data(), 1, e->text.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (e->done) {
+        done = std::move(*e);
         break;
       }
-      const std::string piece = tok.token_to_piece(next, false);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      ++generated;
-      if (session.n_past() >= session.n_ctx()) {
-        stop = "context full";
-        break;
-      }
-      if (o->n_predict >= 0 && generated >= o->n_predict) break;
-      const int32_t one[1] = {next};
-      logits = session.eval(one);
-      ++n_eval;
-      step_copy_bytes += session.transfer_bytes();
-      step_copy_s += session.transfer_seconds();
     }
-    const double gen_s = seconds_since(t0);
     std::fputs("\n", stdout);
     std::fflush(stdout);
+    if (done.finish_reason == "error") throw BackendError(done.error);
+    const double prompt_s = done.prompt_seconds, gen_s = done.generation_seconds;
+    const int n_eval = done.decode_steps;
     fmt::print(stderr, "polystack: prompt: {} tokens in {:.1f} ms ({:.1f} tokens/s) on {}\n",
-               ids.size(), prompt_s * 1e3, double(ids.size()) / prompt_s, dev.id);
+               n_prompt, prompt_s * 1e3, double(n_prompt) / prompt_s, dev.id);
     fmt::print(stderr,
                "polystack: generation: {} tokens in {:.1f} ms ({:.1f} tokens/s over {} "
                "decode steps) on {}, stopped at {}\n",
-               generated, gen_s * 1e3, n_eval > 0 ? double(n_eval) / gen_s : 0.0, n_eval, dev.id,
-               stop);
-    if (o->verbose && n_eval > 0 && step_copy_bytes > 0)
+               done.completion_tokens, gen_s * 1e3, n_eval > 0 ? double(n_eval) / gen_s : 0.0,
+               n_eval, dev.id, done.stop_detail);
+    if (o->verbose && n_eval > 0 && done.transfer_bytes > 0)
       fmt::print(stderr,
                  "polystack: copies between devices: {} per decode step in {:.3f} ms ({:.2f} % of "
                  "the step)\n",
-                 human_bytes(step_copy_bytes / size_t(n_eval)), step_copy_s * 1e3 / n_eval,
-                 100.0 * step_copy_s / gen_s);
+                 human_bytes(done.transfer_bytes / size_t(n_eval)),
+                 done.transfer_seconds * 1e3 / n_eval, 100.0 * done.transfer_seconds / gen_s);
     return 0;
   };
 }

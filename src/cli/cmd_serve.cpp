@@ -44,8 +44,8 @@ Action add_serve(CLI::App& app) {
     const ModelChoice choice = resolve_model_path(o->mf);
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
-    o->so.session = o->mf.session;
-    o->so.on_loaded = [](const Session& s) { print_device_choice(s); };
+    o->so.context = o->mf.context;
+    o->so.on_loaded = [](const ModelContext& s) { print_device_choice(s); };
     return server::serve(choice.path, o->so);
   };
 }

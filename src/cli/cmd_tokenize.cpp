@@ -2,7 +2,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "engine/session.h"
+#include "engine/model_context.h"
 #include "gguf/gguf.h"
 
 namespace ps::cli {

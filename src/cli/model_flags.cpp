@@ -13,25 +13,25 @@ namespace ps::cli {
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* m = cmd->add_option("-m,--model", f.model, "GGUF model file");
   if (model_required) m->required();
-  cmd->add_option("-c,--ctx-size", f.session.n_ctx,
+  cmd->add_option("-c,--ctx-size", f.context.n_ctx,
                   "Context size in tokens (0: the model's, at most 4096)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("-b,--batch-size", f.session.n_batch, "Prompt tokens per forward pass")
+  cmd->add_option("-b,--batch-size", f.context.n_batch, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("-t,--threads", f.session.n_threads, "CPU threads (0: physical cores)")
+  cmd->add_option("-t,--threads", f.context.n_threads, "CPU threads (0: physical cores)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--device", f.session.device,
+  cmd->add_option("--device", f.context.device,
                   "Device: auto (default), cpu, gpu, an API (cuda, vulkan, ...), an id "
                   "(vulkan:0), a UUID or pci:0000:41:00.0; default POLYSTACK_DEVICE");
-  cmd->add_flag("--strict", f.session.strict,
+  cmd->add_flag("--strict", f.context.strict,
                 "Fail instead of falling back: a device passed over for a failure, ops run "
                 "elsewhere");
   cmd->add_flag_callback(
-      "--no-self-check", [&f] { f.session.self_check = false; },
+      "--no-self-check", [&f] { f.context.self_check = false; },
       "Run on a GPU without checking it against the CPU first");
   cmd->add_option_function<std::string>(
       "--n-gpu-layers",
-      [&f](const std::string& v) { f.session.n_gpu_layers = parse_gpu_layers(v); },
+      [&f](const std::string& v) { f.context.n_gpu_layers = parse_gpu_layers(v); },
       "Layers on the GPU: auto (default: as many as its free memory holds), all, or N (the "
       "last N; above the layer count, everything); the rest on the CPU");
   cmd->add_option_function<std::string>(
@@ -42,13 +42,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
                                      "row (one matmul across GPUs) is not supported; use layer");
         if (v != "none" && v != "layer")
           throw CLI::ValidationError("--split-mode", "'" + v + "' is not none or layer");
-        f.session.split_layers = v == "layer";
+        f.context.split_layers = v == "layer";
       },
       "none (default): one GPU; layer: the layers spread over every GPU that passed its checks");
   cmd->add_option_function<std::string>(
       "--tensor-split",
       [&f](const std::string& v) {
-        f.session.tensor_split.clear();
+        f.context.tensor_split.clear();
         size_t at = 0;
         while (at <= v.size()) {
           const size_t comma = v.find_first_of(",/", at);
@@ -58,24 +58,24 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
           if (item.empty() || *end != '\0' || !(x >= 0) || x > 1e9)
             throw CLI::ValidationError("--tensor-split",
                                        "'" + v + "' is not a list of proportions like 3,1");
-          f.session.tensor_split.push_back(x);
+          f.context.tensor_split.push_back(x);
           if (comma == std::string::npos) break;
           at = comma + 1;
         }
-        f.session.split_layers = true;
+        f.context.split_layers = true;
       },
       "Shares of the layers per GPU in id order, like 3,1 (implies --split-mode layer)");
-  cmd->add_option("--main-gpu", f.session.main_gpu,
+  cmd->add_option("--main-gpu", f.context.main_gpu,
                   "With --split-mode none: the GPU to use, an index into the GPUs that passed "
                   "their checks in id order (default: the best)")
       ->check(CLI::Range(0, 1 << 16));
-  cmd->add_flag("--recheck", f.session.recheck,
+  cmd->add_flag("--recheck", f.context.recheck,
                 "Run the device self-check again even when its result is cached");
 }
 
 int parse_gpu_layers(const std::string& v) {
-  if (v == "auto") return SessionOptions::kNglAuto;
-  if (v == "all") return SessionOptions::kNglAll;
+  if (v == "auto") return ContextOptions::kNglAuto;
+  if (v == "all") return ContextOptions::kNglAll;
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 0 || n > (1 << 20) || !std::isdigit(uint8_t(v[0])))
@@ -87,15 +87,15 @@ int parse_gpu_layers(const std::string& v) {
 void check_device_flag(const ModelFlags& f) {
   // The spec's form and the named device's presence, before a model is loaded; the self-check
   // comes with the model (it needs the weight types).
-  const DeviceSpec spec = parse_device_spec(device_spec_text(f.session.device));
+  const DeviceSpec spec = parse_device_spec(device_spec_text(f.context.device));
   if (spec.kind == DeviceSpec::Kind::Auto || spec.kind == DeviceSpec::Kind::Cpu) return;
   ChoiceOptions c;
-  c.spec = f.session.device;
+  c.spec = f.context.device;
   c.self_check = false;
   choose_device(Registry::global(), c);
 }
 
-void print_device_choice(const Session& s) {
+void print_device_choice(const ModelContext& s) {
   const ChosenDevice& c = s.device_choice();
   for (const auto& line : c.notes) fmt::print(stderr, "polystack: {}\n", line);
   const DeviceInfo& dev = s.device().info();
@@ -105,7 +105,7 @@ void print_device_choice(const Session& s) {
   for (const auto& line : s.plan().fallbacks) fmt::print(stderr, "polystack: fallback: {}\n", line);
 }
 
-void print_plan_detail(const Session& s) {
+void print_plan_detail(const ModelContext& s) {
   const PlacementPlan& p = s.plan();
   fmt::print(stderr, "polystack: placement ({}), compute buffer {} per device:\n", p.mode,
              human_bytes(p.compute));

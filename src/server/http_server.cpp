@@ -17,10 +17,10 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/chat_template.h"
-#include "server/engine.h"
 #include "server/request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -129,7 +129,7 @@ struct Server {
                         : "";
     fmt::print(
         stderr, "polystack: request {} {} {}{} in {:.3f} s on {}{}\n", id, path, status, what, s,
-        engine->session().device().info().id,
+        engine->context().device().info().id,
         opts.verbose && !prompt_text.empty() ? fmt::format(", prompt {:?}", prompt_text) : "");
   }
 
@@ -157,7 +157,7 @@ struct Server {
         if (check) checked = Clock::now();
         if (check && (!e || !e->done) && client.gone()) {
           // Nobody is left to answer: the engine frees the slot at its next step.
-          events->cancel();
+          engine->cancel(events);
           send_error(res, 499, "client_closed_request", "the client closed the connection");
           log(id, req.path, 499, nullptr, std::chrono::duration<double>(Clock::now() - t0).count(),
               prompt_text);
@@ -210,7 +210,8 @@ struct Server {
               return false;
           }
           std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(200));
-          if (!e) return sink.is_writable();  // called again: a client gone is seen here
+          if (!e) return sink.is_writable();             // called again: a client gone is seen here
+          if (!e->done && e->text.empty()) return true;  // a token whose text is held back
           if (!e->done) {
             json choice = {{"index", 0}, {"finish_reason", nullptr}};
             if (chat)
@@ -245,7 +246,7 @@ struct Server {
           return ok;
         },
         [=, this](bool success) {
-          if (!success || !finished->has_value()) events->cancel();
+          if (!success || !finished->has_value()) engine->cancel(events);
           log(id, req.path, 200, finished->has_value() ? &**finished : nullptr,
               std::chrono::duration<double>(Clock::now() - t0).count(), prompt_text);
         });
@@ -280,7 +281,7 @@ struct Server {
     metric("busy_slots", "gauge", "Slots serving a request",
            fmt::format("polystack_busy_slots {}\npolystack_slots {}\n", s.busy_slots, s.n_slots));
     std::string mem;
-    const PlacementPlan& plan = engine->session().plan();
+    const PlacementPlan& plan = engine->context().plan();
     for (size_t d = 0; d < plan.devices.size(); ++d)
       mem += fmt::format("polystack_device_memory_bytes{{device=\"{}\"}} {}\n", plan.devices[d].id,
                          plan.need[d]);
@@ -329,8 +330,8 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   s.chat_format = detect_chat_format(
       tmpl && tmpl->type == gguf::ValueType::STRING ? tmpl->str : std::string_view(),
       s.model->model->params().architecture);
-  s.engine = std::make_unique<Engine>(s.model, opts.session, opts.n_slots, opts.max_queue);
-  if (opts.on_loaded) opts.on_loaded(s.engine->session());
+  s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
+  if (opts.on_loaded) opts.on_loaded(s.engine->context());
   fmt::print(stderr, "polystack: {} slots of {} tokens, chat format {}, model id '{}'\n",
              opts.n_slots, s.engine->n_ctx(), chat_format_name(s.chat_format), s.model_id);
 

@@ -1,5 +1,5 @@
 #pragma once
-// `polystack serve`: the OpenAI-compatible HTTP API over the engine (server/engine.h), with
+// `polystack serve`: the OpenAI-compatible HTTP API over the engine (engine/engine.h), with
 // cpp-httplib for HTTP and nlohmann-json for JSON. Routes: GET /health, GET /v1/models,
 // POST /v1/completions, POST /v1/chat/completions (both streaming as server-sent events),
 // POST /tokenize, POST /detokenize, GET /metrics. Client errors are 4xx with an OpenAI error
@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/session.h"
+#include "engine/model_context.h"
 
 namespace ps::server {
 
@@ -21,10 +21,10 @@ struct ServerOptions {
   std::string alias;     // the model id; empty: the file name
   bool metrics = false;  // GET /metrics served (else 501)
   bool verbose = false;  // log prompt text
-  SessionOptions session;
+  ContextOptions context;
   // Called once the model is on its devices, before the server listens (the CLI prints the
   // device choice).
-  std::function<void(const Session&)> on_loaded;
+  std::function<void(const ModelContext&)> on_loaded;
 };
 
 // Loads the model, listens, serves until SIGINT or SIGTERM; returns the exit code. Prints

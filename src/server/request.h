@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/engine.h"
 #include "server/chat_template.h"
-#include "server/engine.h"
 
 namespace ps {
 class Tokenizer;

@@ -16,7 +16,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/device.h"
 #include "conformance_cases.h"
-#include "engine/session.h"
+#include "engine/model_context.h"
 
 namespace ps {
 namespace {
@@ -165,7 +165,7 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
   auto logits = [&](const std::string& device, int n_gpu_layers,
                     std::vector<double> tensor_split = {}, int main_gpu = -1,
                     std::string* plan = nullptr) {
-    SessionOptions o;
+    ContextOptions o;
     o.device = device;
     o.n_gpu_layers = n_gpu_layers;
     o.split_layers = !tensor_split.empty();
@@ -177,7 +177,7 @@ TEST(GpuEmulation, Stories260KMatchesTheCpuBackend) {
     o.self_check = false;
     o.n_ctx = 64;
     o.n_batch = 4;
-    Session s(loaded, o);
+    ModelContext s(loaded, o);
     if (plan) *plan = s.plan().summary;
     std::vector<float> all = s.eval(prompt, true);
     for (int32_t t : steps) {
@@ -240,14 +240,14 @@ TEST(GpuEmulation, ModelFamiliesMatchTheCpuBackend) {
     const std::vector<int32_t> prompt = {1, 300, 17, 420, 5, 99, 260, 301, 45};
     const std::vector<int32_t> steps = {77, 512};
     auto logits = [&](const std::string& device, int n_gpu_layers) {
-      SessionOptions o;
+      ContextOptions o;
       o.device = device;
       o.n_gpu_layers = n_gpu_layers;
       o.strict = true;
       o.self_check = false;
       o.n_ctx = n_ctx;
       o.n_batch = 4;
-      Session s(loaded, o);
+      ModelContext s(loaded, o);
       std::vector<float> all = s.eval(prompt, true);
       for (int32_t t : steps) {
         const std::vector<float> step = s.eval(std::span<const int32_t>(&t, 1));

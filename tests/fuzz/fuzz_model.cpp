@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/session.h"
+#include "engine/model_context.h"
 #include "model/model.h"
 
 namespace {
@@ -80,12 +80,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::array<int32_t, 2> two{ids[0], ids[ids.size() - 1]};
     for (const int32_t id : two) (void)tok.token_to_piece(id, true);
 
-    ps::SessionOptions opts;
+    ps::ContextOptions opts;
     opts.n_ctx = kContext;
     opts.n_batch = kContext;
     opts.n_threads = 1;
     opts.device = "cpu";
-    ps::Session session(m, opts);
+    ps::ModelContext session(m, opts);
     const std::vector<float> logits = session.eval(two);
     if (logits.size() != size_t(n_vocab)) __builtin_trap();
   } catch (const ps::Error&) {

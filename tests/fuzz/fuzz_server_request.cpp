@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/session.h"
+#include "engine/model_context.h"
 #include "gguf/gguf.h"
 #include "gguf_builder.h"
 #include "server/request.h"
@@ -43,7 +43,10 @@ const Vocab& vocab() {
     ps::test::GgufBuilder b;
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
     for (int c = 0; c < 256; ++c) tokens.push_back(fmt::format("<0x{:02X}>", c));
-    for (const char* t : {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a"}) tokens.push_back(t);
+    for (const char* t : {"\xe2\x96\x81", "a", "b", "ab",
+                          "\xe2\x96\x81"
+                          "a"})
+      tokens.push_back(t);
     b.kv_str("tokenizer.ggml.model", "llama");
     b.kv_str_array("tokenizer.ggml.tokens", tokens);
     v.bytes = b.build();

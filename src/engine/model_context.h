@@ -1,6 +1,8 @@
 #pragma once
-// A loaded model plus a context on its devices: the KV cache, the scheduler and the batching
-// of prompt tokens. This is the layer the CLI and the server talk to.
+// A loaded model on its devices, made once per model per process: the opened devices, the
+// placement plan, the scheduler, the resident weights and the KV cells of every sequence. The
+// engine (engine/engine.h) and the commands that need no engine (bench, logits) drive it; each
+// step of its making is a function of its own that doctor and tests can call alone.
 #include <chrono>
 #include <memory>
 #include <span>
@@ -29,7 +31,7 @@ struct LoadedModel {
   static std::shared_ptr<LoadedModel> load(const std::string& path, bool with_tokenizer = true);
 };
 
-struct SessionOptions {
+struct ContextOptions {
   int n_ctx = 0;       // 0: the model's training context, capped at 4096
   int n_batch = 512;   // prompt tokens per forward pass
   int n_threads = 0;   // 0: physical cores
@@ -48,14 +50,31 @@ struct SessionOptions {
   bool split_layers = false;
   std::vector<double> tensor_split;
   int main_gpu = -1;
-  // Sequences (a server's slots): each its own KV cache of n_ctx positions and its own
-  // position, over the one copy of the weights.
+  // Sequences that can be live at once (a server's slots): each its own KV cells of n_ctx
+  // positions and its own position, over the one copy of the weights.
   int n_seq = 1;
 };
 
+// The first step: the options checked and the context's shape resolved (n_ctx 0 becomes the
+// model's training context, capped at 4096). UsageError naming the bad value.
+struct ContextShape {
+  int n_ctx = 0, n_batch = 0, n_seq = 0;
+};
+ContextShape resolve_shape(const ModelParams& p, const ContextOptions& opts);
+
+// The second: which device and why (the self-checks run here), and the devices opened: the
+// GPUs in id order (the chosen one, or every GPU that passed with --split-mode layer), the CPU
+// last. BackendError when an opened device cannot run models.
+struct OpenedDevices {
+  ChosenDevice choice;
+  std::vector<std::unique_ptr<Device>> devices;
+  size_t main = 0;  // the index of the device that prints as "running on"
+};
+OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts);
+
 // The options for choosing a model's device: the session's flags and the model's weight types
 // (each gets self-check cases; the one holding most bytes is timed).
-ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptions& opts);
+ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptions& opts);
 
 // What each unit of the model ([input, layers, output]) costs at a context of n_ctx tokens
 // and prompt batches of n_batch, and (compute) the intermediate tensors a device needs to run
@@ -67,10 +86,25 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
 // POLYSTACK_DEVICE_MEMORY.
 PlacementDevice placement_device(const DeviceInfo& d);
 
-class Session {
+// The third: which device runs each unit of the model and why, from -ngl, the split flags and
+// the devices' free memory.
+PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
+                          const std::vector<Device*>& devices, const ContextOptions& opts);
+
+class ModelContext {
  public:
-  Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts);
-  ~Session();
+  // The steps in order: resolve_shape, open_devices, plan_layers, then allocate_kv and
+  // upload_weights below.
+  ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts);
+  ~ModelContext();
+  ModelContext(const ModelContext&) = delete;
+  ModelContext& operator=(const ModelContext&) = delete;
+
+  // Sequence ids (KV planes) are handed out and returned here (engine/sequence.h): the lowest
+  // free id, or -1 when all n_seq are live. A released sequence keeps its cells' contents.
+  int acquire_sequence();
+  void release_sequence(int seq);
+  int live_sequences() const;
 
   // Feeds tokens to sequence `seq` after what its context already holds. Returns the logits of
   // the last token, or of every token when all_logits (n_tokens x n_vocab). UsageError when
@@ -111,6 +145,12 @@ class Session {
   size_t kv_cache_bytes() const;
 
  private:
+  // The fourth step: each layer's KV cells on the device that runs the layer (one buffer per
+  // layer, a plane per sequence), and whether tokens of several sequences can share a pass.
+  void allocate_kv(const ContextOptions& opts);
+  // The fifth: the weights reach a device with its own memory now rather than with the first
+  // token; placing a graph also finds the ops that run elsewhere than their layer's device.
+  void upload_weights();
   void forward(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
   // The forward graph for `tokens` of sequence seq at positions n_past.. (written to pos,
   // which the graph reads), returning the logits node.
@@ -129,6 +169,7 @@ class Session {
   int n_ctx_ = 0;
   int n_batch_ = 512;
   std::vector<int> n_past_;  // per sequence
+  std::vector<bool> live_;   // per sequence: acquired
 };
 
 }  // namespace ps

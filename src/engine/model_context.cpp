@@ -1,4 +1,4 @@
-#include "engine/session.h"
+#include "engine/model_context.h"
 
 #include <fmt/format.h>
 
@@ -34,7 +34,7 @@ std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool wit
   return m;
 }
 
-ChoiceOptions device_choice_options(const LoadedModel& model, const SessionOptions& opts) {
+ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptions& opts) {
   ChoiceOptions c;
   c.spec = opts.device;
   c.strict = opts.strict;
@@ -64,81 +64,104 @@ PlacementDevice placement_device(const DeviceInfo& d) {
   return pd;
 }
 
-Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions& opts)
-    : model_(std::move(model)) {
-  const ModelParams& p = model_->model->params();
+ContextShape resolve_shape(const ModelParams& p, const ContextOptions& opts) {
   if (opts.n_ctx < 0) throw UsageError(fmt::format("context size {} is negative", opts.n_ctx));
   if (opts.n_batch <= 0)
     throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
   if (opts.n_seq <= 0 || opts.n_seq > 1024)
     throw UsageError(fmt::format("{} sequences: 1 to 1024 are possible", opts.n_seq));
-  n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
-  if (n_ctx_ > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", n_ctx_));
-  if (n_ctx_ < 1) throw ModelError(fmt::format("context size {} is not positive", n_ctx_));
-  n_batch_ = opts.n_batch;
+  ContextShape s;
+  s.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
+  if (s.n_ctx > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", s.n_ctx));
+  if (s.n_ctx < 1) throw ModelError(fmt::format("context size {} is not positive", s.n_ctx));
+  s.n_batch = opts.n_batch;
+  s.n_seq = opts.n_seq;
+  return s;
+}
 
+OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts) {
   Registry& reg = Registry::global();
   DeviceOptions dopts;
   dopts.n_threads = opts.n_threads;
-  choice_ = choose_device(reg, device_choice_options(*model_, opts));
-  const bool on_gpu = choice_.device_id != "cpu";
+  OpenedDevices out;
+  out.choice = choose_device(reg, device_choice_options(model, opts));
+  ChosenDevice& choice = out.choice;
+  const bool on_gpu = choice.device_id != "cpu";
   if (!on_gpu && (opts.main_gpu >= 0 || opts.split_layers || !opts.tensor_split.empty()))
     throw UsageError(fmt::format("{} needs a GPU, but the model runs on the CPU ({})",
                                  opts.main_gpu >= 0  ? "--main-gpu"
                                  : opts.split_layers ? "--split-mode layer"
                                                      : "--tensor-split",
-                                 choice_.reason));
+                                 choice.reason));
   // The GPUs: the chosen one, or with --split-mode layer / --main-gpu every GPU that passed.
-  std::vector<std::string> gpu_ids;
+  bool have_main = false;
   if (on_gpu) {
-    std::vector<std::string> all = choice_.also_usable;
-    all.push_back(choice_.device_id);
+    std::vector<std::string> all = choice.also_usable;
+    all.push_back(choice.device_id);
     std::sort(all.begin(), all.end());
-    std::string main_id = choice_.device_id;
+    std::string main_id = choice.device_id;
     if (opts.main_gpu >= 0) {
       if (size_t(opts.main_gpu) >= all.size())
         throw UsageError(fmt::format("--main-gpu {}: {} GPU(s) passed their checks: {}",
                                      opts.main_gpu, all.size(), fmt::join(all, ", ")));
       main_id = all[size_t(opts.main_gpu)];
-      if (main_id != choice_.device_id)
-        choice_.reason = fmt::format("--main-gpu {} of {}", opts.main_gpu, fmt::join(all, ", "));
+      if (main_id != choice.device_id)
+        choice.reason = fmt::format("--main-gpu {} of {}", opts.main_gpu, fmt::join(all, ", "));
     }
-    gpu_ids = opts.split_layers ? all : std::vector<std::string>{main_id};
-    for (const std::string& id : gpu_ids) {
-      devices_.push_back(reg.open(id, dopts));
-      if (id == main_id) device_ = devices_.back().get();
+    for (const std::string& id : opts.split_layers ? all : std::vector<std::string>{main_id}) {
+      out.devices.push_back(reg.open(id, dopts));
+      if (id == main_id) out.main = out.devices.size() - 1, have_main = true;
     }
   }
-  devices_.push_back(reg.open("cpu", dopts));
-  if (!device_) device_ = devices_.back().get();
-  for (const auto& d : devices_)
+  out.devices.push_back(reg.open("cpu", dopts));
+  if (!have_main) out.main = out.devices.size() - 1;
+  for (const auto& d : out.devices)
     if (const DeviceInfo& di = d->info(); !di.unusable.empty())
       throw BackendError(fmt::format("{} cannot run models: {}", di.id, di.unusable));
-  std::vector<Device*> devices;
-  for (const auto& d : devices_) devices.push_back(d.get());
+  return out;
+}
 
-  // The plan: which device runs each layer, from -ngl and the free memory of each device.
+PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
+                          const std::vector<Device*>& devices, const ContextOptions& opts) {
   uint64_t compute = 0;
   const std::vector<UnitCost> units =
-      model_unit_costs(*model_, n_ctx_, n_batch_, *devices_.back(), compute, opts.n_seq);
+      model_unit_costs(model, shape.n_ctx, shape.n_batch, *devices.back(), compute, shape.n_seq);
   std::vector<PlacementDevice> pdevs;
-  for (const auto& d : devices_) pdevs.push_back(placement_device(d->info()));
+  for (const Device* d : devices) pdevs.push_back(placement_device(d->info()));
   LayerRequest req;
-  req.mode = opts.n_gpu_layers == SessionOptions::kNglAuto  ? LayerRequest::Mode::Auto
-             : opts.n_gpu_layers == SessionOptions::kNglAll ? LayerRequest::Mode::All
+  req.mode = opts.n_gpu_layers == ContextOptions::kNglAuto  ? LayerRequest::Mode::Auto
+             : opts.n_gpu_layers == ContextOptions::kNglAll ? LayerRequest::Mode::All
                                                             : LayerRequest::Mode::Count;
   req.count = std::max(opts.n_gpu_layers, 0);
   req.tensor_split = opts.tensor_split;
   req.strict = opts.strict;
-  plan_ = plan_placement(units, compute, pdevs, req);
-  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
+  return plan_placement(units, compute, pdevs, req);
+}
 
-  // Each layer's KV cache on the device that runs the layer. Sliding-window layers keep a ring
-  // of their window plus one batch (kv_slots).
-  // One buffer per layer holds a plane per sequence.
+ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts)
+    : model_(std::move(model)) {
+  const ContextShape shape = resolve_shape(model_->model->params(), opts);
+  n_ctx_ = shape.n_ctx;
+  n_batch_ = shape.n_batch;
+  OpenedDevices opened = open_devices(*model_, opts);
+  choice_ = std::move(opened.choice);
+  devices_ = std::move(opened.devices);
+  device_ = devices_[opened.main].get();
+  std::vector<Device*> devices;
+  for (const auto& d : devices_) devices.push_back(d.get());
+  plan_ = plan_layers(*model_, shape, devices, opts);
+  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
+  allocate_kv(opts);
+  upload_weights();
+}
+
+void ModelContext::allocate_kv(const ContextOptions& opts) {
+  const ModelParams& p = model_->model->params();
+  // Sliding-window layers keep a ring of their window plus one batch (kv_slots).
   n_past_.assign(size_t(opts.n_seq), 0);
+  live_.assign(size_t(opts.n_seq), false);
   for (int64_t l = 0; l < p.n_layer; ++l) {
-    Device& dev = *devices[size_t(plan_.unit_device[size_t(l + 1)])];
+    Device& dev = *devices_[size_t(plan_.unit_device[size_t(l + 1)])];
     const size_t plane = kv_plane_bytes(p, l, n_ctx_, n_batch_);
     k_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
     v_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
@@ -146,20 +169,18 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   // Tokens of several sequences go through one forward pass where every device that runs a
   // layer has attention over per-token positions; elsewhere one pass per sequence.
   batched_ = true;
-  {
-    Graph probe;
-    const int64_t slots = kv_slots(p, 0, n_ctx_, n_batch_);
-    Tensor* q = probe.leaf("q", DType::F32, {p.head_dim, p.n_head, 1, 1});
-    Tensor* kc = probe.leaf("k", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
-    Tensor* vc = probe.leaf("v", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
-    Tensor* info = probe.leaf("info", DType::I32, {2, 1, 1, 1});
-    Tensor* att = probe.attention_tokens(q, kc, vc, info, 1.0f);
-    for (size_t d = 0; d < devices.size(); ++d)
-      if (plan_.need[d] > 0 && !devices[d]->supports(*att)) batched_ = false;
-  }
-  // Weights reach a device with its own memory now rather than with the first token (devices
-  // that read host memory use them where they are); placing the graph also finds the ops that
-  // run elsewhere than their layer's device.
+  Graph probe;
+  const int64_t slots = kv_slots(p, 0, n_ctx_, n_batch_);
+  Tensor* q = probe.leaf("q", DType::F32, {p.head_dim, p.n_head, 1, 1});
+  Tensor* kc = probe.leaf("k", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
+  Tensor* vc = probe.leaf("v", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
+  Tensor* info = probe.leaf("info", DType::I32, {2, 1, 1, 1});
+  Tensor* att = probe.attention_tokens(q, kc, vc, info, 1.0f);
+  for (size_t d = 0; d < devices_.size(); ++d)
+    if (plan_.need[d] > 0 && !devices_[d]->supports(*att)) batched_ = false;
+}
+
+void ModelContext::upload_weights() {
   const int32_t first = 0;
   Graph g;
   std::vector<int32_t> pos;
@@ -168,22 +189,37 @@ Session::Session(std::shared_ptr<const LoadedModel> model, const SessionOptions&
   plan_.fallbacks = scheduler_->report().fallbacks;
 }
 
-std::vector<const Device*> Session::devices() const {
+int ModelContext::acquire_sequence() {
+  for (size_t i = 0; i < live_.size(); ++i)
+    if (!live_[i]) {
+      live_[i] = true;
+      return int(i);
+    }
+  return -1;
+}
+
+void ModelContext::release_sequence(int seq) { live_.at(size_t(seq)) = false; }
+
+int ModelContext::live_sequences() const {
+  return int(std::count(live_.begin(), live_.end(), true));
+}
+
+std::vector<const Device*> ModelContext::devices() const {
   std::vector<const Device*> out;
   for (const auto& d : devices_) out.push_back(d.get());
   return out;
 }
 
-Session::~Session() = default;
+ModelContext::~ModelContext() = default;
 
-size_t Session::kv_cache_bytes() const {
+size_t ModelContext::kv_cache_bytes() const {
   size_t n = 0;
   for (const auto& b : k_cache_) n += b->size();
   for (const auto& b : v_cache_) n += b->size();
   return n;
 }
 
-bool Session::rewind(int seq, int n) {
+bool ModelContext::rewind(int seq, int n) {
   const ModelParams& p = model_->model->params();
   int& past = n_past_.at(size_t(seq));
   if (n < 0 || n > past) return false;
@@ -199,7 +235,7 @@ bool Session::rewind(int seq, int n) {
   return true;
 }
 
-std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits, int seq) {
+std::vector<float> ModelContext::eval(std::span<const int32_t> tokens, bool all_logits, int seq) {
   if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
   if (seq < 0 || seq >= n_seq())
     throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", seq, n_seq()));
@@ -328,13 +364,13 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
   return units;
 }
 
-Tensor* Session::build(Graph& g, int seq, std::span<const int32_t> tokens,
-                       std::vector<int32_t>& pos, bool all_logits, int n_past) const {
+Tensor* ModelContext::build(Graph& g, int seq, std::span<const int32_t> tokens,
+                            std::vector<int32_t>& pos, bool all_logits, int n_past) const {
   return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_,
                        {&k_cache_, &v_cache_, n_seq(), seq});
 }
 
-std::vector<std::vector<float>> Session::eval_batch(std::span<const SeqTokens> runs) {
+std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqTokens> runs) {
   if (runs.empty()) return {};
   const int64_t n_vocab = model_->model->params().n_vocab;
   std::vector<bool> seen(size_t(n_seq()), false);
@@ -384,8 +420,8 @@ std::vector<std::vector<float>> Session::eval_batch(std::span<const SeqTokens> r
   return out;
 }
 
-void Session::forward(int seq, std::span<const int32_t> tokens, bool all_logits,
-                      std::vector<float>& out) {
+void ModelContext::forward(int seq, std::span<const int32_t> tokens, bool all_logits,
+                           std::vector<float>& out) {
   Graph g;
   std::vector<int32_t> pos;
   Tensor* logits = build(g, seq, tokens, pos, all_logits, n_past_[size_t(seq)]);

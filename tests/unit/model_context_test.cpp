@@ -1,7 +1,7 @@
 // The session's context and KV cache on a real model (stories260K from ../shared): a context
 // filled exactly, a prompt fed in uneven pieces against one evaluation of the whole, and
 // several sequences of one session kept apart.
-#include "engine/session.h"
+#include "engine/model_context.h"
 
 #include <gtest/gtest.h>
 
@@ -23,8 +23,8 @@ std::shared_ptr<LoadedModel> stories() {
   return LoadedModel::load(path);
 }
 
-SessionOptions on_cpu(int n_ctx, int n_batch = 512) {
-  SessionOptions o;
+ContextOptions on_cpu(int n_ctx, int n_batch = 512) {
+  ContextOptions o;
   o.device = "cpu";
   o.n_ctx = n_ctx;
   o.n_batch = n_batch;
@@ -35,13 +35,13 @@ SessionOptions on_cpu(int n_ctx, int n_batch = 512) {
 const std::vector<int32_t> kIds = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
                                    421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408};
 
-TEST(Session, AContextOfNTakesExactlyNPositions) {
+TEST(ModelContext, AContextOfNTakesExactlyNPositions) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
   const int n = 10;
   const std::vector<int32_t> ten(kIds.begin(), kIds.begin() + n);
   {
-    Session s(model, on_cpu(n));
+    ModelContext s(model, on_cpu(n));
     EXPECT_NO_THROW(s.eval(ten));
     EXPECT_EQ(s.n_past(), n);
     const int32_t one[1] = {kIds[n]};
@@ -49,7 +49,7 @@ TEST(Session, AContextOfNTakesExactlyNPositions) {
     EXPECT_EQ(s.n_past(), n);
   }
   {
-    Session s(model, on_cpu(n));
+    ModelContext s(model, on_cpu(n));
     const std::vector<int32_t> eleven(kIds.begin(), kIds.begin() + n + 1);
     EXPECT_THROW(s.eval(eleven), UsageError);
     EXPECT_EQ(s.n_past(), 0);
@@ -70,15 +70,15 @@ TEST(Session, AContextOfNTakesExactlyNPositions) {
 // (2^-11) where the rounding flips. Measured: up to 1.0e-4 of the largest logit, whichever
 // ulp-level change (a vectorised silu or softmax exp) moved a rounding; a cache read at the
 // wrong position or a stale entry moves them by far more.
-TEST(Session, UnevenPiecesMatchOneEvaluation) {
+TEST(ModelContext, UnevenPiecesMatchOneEvaluation) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
   const int64_t n_vocab = model->model->params().n_vocab;
-  Session whole(model, on_cpu(64));
+  ModelContext whole(model, on_cpu(64));
   const std::vector<float> want = whole.eval(kIds, /*all_logits=*/true);
   ASSERT_EQ(want.size(), kIds.size() * size_t(n_vocab));
   for (int n_batch : {512, 2}) {  // pieces in one batch each, and split again into batches
-    Session s(model, on_cpu(64, n_batch));
+    ModelContext s(model, on_cpu(64, n_batch));
     std::vector<float> got;
     const size_t pieces[] = {1, 3, 2, 5, 4, 1, 7};
     size_t at = 0;
@@ -115,16 +115,16 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Sequences of one session keep their own caches and positions: interleaved steps of two
 // sequences give each the logits a session of its own gives, and a rewound sequence continues
 // as if the forgotten tokens had never been fed.
-TEST(Session, SequencesAreIndependent) {
+TEST(ModelContext, SequencesAreIndependent) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
-  SessionOptions o = on_cpu(32);
+  ContextOptions o = on_cpu(32);
   o.n_seq = 3;
-  Session s(model, o);
+  ModelContext s(model, o);
   EXPECT_EQ(s.n_seq(), 3);
   const std::vector<int32_t> a(kIds.begin(), kIds.begin() + 9);
   const std::vector<int32_t> b(kIds.begin() + 5, kIds.begin() + 17);
-  Session alone_a(model, on_cpu(32)), alone_b(model, on_cpu(32));
+  ModelContext alone_a(model, on_cpu(32)), alone_b(model, on_cpu(32));
   std::vector<float> want_a, want_b, got_a, got_b;
   // a and b fed in steps of 3 and 4, alternating, on sequences 2 and 0.
   for (size_t i = 0, j = 0; i < a.size() || j < b.size();) {
@@ -155,33 +155,33 @@ TEST(Session, SequencesAreIndependent) {
   EXPECT_EQ(s.n_past(0), 5);
   const std::vector<int32_t> tail(a.begin() + 2, a.end());
   const std::vector<float> got = s.eval(tail, true, 0);
-  Session fresh(model, on_cpu(32));
+  ModelContext fresh(model, on_cpu(32));
   fresh.eval(std::span<const int32_t>(b.data(), 5));
   const std::vector<float> want = fresh.eval(tail, true);
   EXPECT_LT(max_rel_diff(got, want), 1e-5);
   EXPECT_FALSE(s.rewind(0, 100));  // beyond what it holds
   EXPECT_FALSE(s.rewind(0, -1));
   EXPECT_THROW(s.eval(tail, false, 3), UsageError);
-  SessionOptions bad = on_cpu(32);
+  ContextOptions bad = on_cpu(32);
   bad.n_seq = 0;
-  EXPECT_THROW(Session(model, bad), UsageError);
+  EXPECT_THROW(ModelContext(model, bad), UsageError);
 }
 
 // Several sequences in one forward pass: each run's logits as its own pass gives them, with
 // prompts and single tokens mixed, and the positions carried on.
-TEST(Session, OneBatchOfSeveralSequences) {
+TEST(ModelContext, OneBatchOfSeveralSequences) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
-  SessionOptions o = on_cpu(40, 16);
+  ContextOptions o = on_cpu(40, 16);
   o.n_seq = 4;
-  Session batched(model, o), apart(model, o);
+  ModelContext batched(model, o), apart(model, o);
   ASSERT_TRUE(batched.batched());
   const std::vector<std::vector<int32_t>> first = {{kIds.begin(), kIds.begin() + 5},
                                                    {kIds.begin() + 3, kIds.begin() + 4},
                                                    {kIds.begin() + 8, kIds.begin() + 15}};
   const int seqs[] = {3, 0, 1};
   for (int step = 0; step < 3; ++step) {
-    std::vector<Session::SeqTokens> runs;
+    std::vector<ModelContext::SeqTokens> runs;
     std::vector<std::vector<int32_t>> pieces;
     for (size_t i = 0; i < first.size(); ++i)
       pieces.push_back(step == 0 ? first[i]
@@ -199,9 +199,9 @@ TEST(Session, OneBatchOfSeveralSequences) {
   }
   EXPECT_EQ(batched.n_past(2), 0);
   const std::vector<int32_t> one = {kIds[0]};
-  std::vector<Session::SeqTokens> twice = {{0, one}, {0, one}};
+  std::vector<ModelContext::SeqTokens> twice = {{0, one}, {0, one}};
   EXPECT_THROW(batched.eval_batch(twice), UsageError);
-  std::vector<Session::SeqTokens> missing = {{7, one}};
+  std::vector<ModelContext::SeqTokens> missing = {{7, one}};
   EXPECT_THROW(batched.eval_batch(missing), UsageError);
 }
 

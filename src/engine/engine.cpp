@@ -1,4 +1,4 @@
-#include "server/engine.h"
+#include "engine/engine.h"
 
 #include <fmt/format.h>
 
@@ -10,18 +10,8 @@
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
-namespace ps::server {
+namespace ps {
 namespace {
-
-// Bytes of the UTF-8 character a lead byte starts (1 for a stray continuation byte, so
-// invalid input still moves on).
-size_t utf8_length(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 1;
-}
 
 // How many leading tokens a and b share.
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -48,70 +38,32 @@ std::optional<StreamEvent> Stream::pop(std::chrono::milliseconds timeout) {
   return e;
 }
 
-std::string TextStream::add(const std::string& bytes) {
-  if (stopped_) return {};
-  partial_ += bytes;
-  // The whole characters at the front of partial_ move to held_.
-  size_t at = 0;
-  while (at < partial_.size()) {
-    const size_t n = utf8_length(static_cast<unsigned char>(partial_[at]));
-    if (at + n > partial_.size()) break;
-    at += n;
-  }
-  held_ += partial_.substr(0, at);
-  partial_.erase(0, at);
-  size_t cut = std::string::npos;
-  for (const std::string& s : stop_)
-    if (!s.empty()) cut = std::min(cut, held_.find(s));
-  if (cut != std::string::npos) {
-    stopped_ = true;
-    std::string out = held_.substr(0, cut);
-    held_.clear();
-    partial_.clear();
-    return out;
-  }
-  // Keep the longest tail that begins a stop string (on a character boundary).
-  size_t keep = 0;
-  for (const std::string& s : stop_)
-    for (size_t n = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); n > keep; --n)
-      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-        keep = n;
-        break;
-      }
-  while (keep > 0 && keep < held_.size() &&
-         (static_cast<unsigned char>(held_[held_.size() - keep]) & 0xC0) == 0x80)
-    ++keep;
-  std::string out = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
-  return out;
-}
-
-std::string TextStream::finish() {
-  if (stopped_) return {};
-  std::string out = held_ + partial_;
-  held_.clear();
-  partial_.clear();
-  return out;
-}
-
-Engine::Engine(std::shared_ptr<const LoadedModel> model, SessionOptions opts, int n_slots,
+Engine::Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, int n_slots,
                int max_queue)
     : tok_(model->tokenizer.get()), max_queue_(max_queue) {
   if (n_slots < 1) throw UsageError(fmt::format("{} slots: at least 1 is needed", n_slots));
   if (max_queue < 0) throw UsageError("the queue bound must be 0 or more");
+  if (!tok_) throw UsageError("the engine needs the model's tokenizer");
   opts.n_seq = n_slots;
-  session_ = std::make_unique<Session>(std::move(model), opts);
+  ctx_ = std::make_unique<ModelContext>(std::move(model), opts);
   slots_.resize(size_t(n_slots));
-  for (int i = 0; i < n_slots; ++i) slots_[size_t(i)].seq = i;
+  for (Slot& s : slots_) s.seq = std::make_unique<Sequence>(*ctx_);
   stats_.n_slots = n_slots;
   if (const char* d = std::getenv("POLYSTACK_TEST_STEP_DELAY_MS"))
     step_delay_ = std::chrono::milliseconds(std::clamp(std::atoi(d), 0, 10000));
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  slots_.clear();  // the sequences before the context they live in
+}
 
 std::shared_ptr<Stream> Engine::submit(CompletionRequest req) {
+  if (req.prompt.empty()) throw UsageError("the prompt has no tokens");
+  if (int64_t(req.prompt.size()) >= ctx_->n_ctx())
+    throw UsageError(fmt::format("the prompt has {} tokens but a slot holds only {} (-c)",
+                                 req.prompt.size(), ctx_->n_ctx()));
   auto stream = std::make_shared<Stream>();
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -120,11 +72,31 @@ std::shared_ptr<Stream> Engine::submit(CompletionRequest req) {
     int free_slots = 0;
     for (const Slot& s : slots_) free_slots += !s.busy;
     if (int(waiting_.size()) >= max_queue_ + free_slots) return nullptr;
-    waiting_.push_back({std::move(req), stream});
+    waiting_.push_back({std::move(req), stream, std::chrono::steady_clock::now()});
     ++stats_.requests;
   }
   cv_.notify_all();
   return stream;
+}
+
+void Engine::cancel(const std::shared_ptr<Stream>& stream) {
+  if (!stream) return;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stream->cancel();
+    // A request still waiting ends here; one in a slot at the loop's next step.
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+      if (it->stream == stream) {
+        waiting_.erase(it);
+        StreamEvent e;
+        e.done = true;
+        e.finish_reason = "cancelled";
+        e.stop_detail = "cancelled";
+        stream->push(std::move(e));
+        break;
+      }
+  }
+  cv_.notify_all();
 }
 
 EngineStats Engine::stats() const {
@@ -145,11 +117,15 @@ void Engine::stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Whatever is left ends with an error.
-  for (Waiting& w : waiting_) w.stream->push({"", true, "error", "the server is stopping"});
+  StreamEvent stopping;
+  stopping.done = true;
+  stopping.finish_reason = "error";
+  stopping.error = "the server is stopping";
+  for (Waiting& w : waiting_) w.stream->push(stopping);
   waiting_.clear();
   for (Slot& s : slots_)
     if (s.busy) {
-      s.stream->push({"", true, "error", "the server is stopping"});
+      s.stream->push(stopping);
       s.busy = false;
     }
 }
@@ -158,42 +134,56 @@ void Engine::start(Slot& s, Waiting w) {
   s.busy = true;
   s.req = std::move(w.req);
   s.stream = std::move(w.stream);
-  s.sampler = std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab());
+  s.seq->set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
   s.text = std::make_unique<TextStream>(s.req.stop);
   s.generated = 0;
+  s.decode_steps = 0;
+  s.transfer_bytes = 0;
+  s.transfer_seconds = 0;
+  s.started = std::chrono::steady_clock::now();
   // The prompt cache: keep the common prefix (all but the last prompt token at most, whose
   // logits are needed), where the slot's ring caches still hold it.
   const auto& p = s.req.prompt;
-  size_t common = common_prefix(s.cached, p);
+  size_t common = common_prefix(s.seq->history(), p);
   s.pending = -1;
   s.ready = false;
-  if (common == p.size() && s.prompt_logits_at == p.size() &&
-      session_->rewind(s.seq, int(common))) {
+  if (common == p.size() && s.prompt_logits_at == p.size() && s.seq->rewind(int(common))) {
     s.logits = s.prompt_logits;
     s.ready = true;
+    s.first_logits = s.started;
   } else {
     common = std::min(common, p.size() - 1);
-    if (!session_->rewind(s.seq, int(common))) {
+    if (!s.seq->rewind(int(common))) {
       common = 0;
-      session_->reset(s.seq);
+      s.seq->clear();
     }
     if (common < s.prompt_logits_at) s.prompt_logits_at = 0;
   }
-  s.cached.resize(common);
   s.prompt_done = common;
   s.cached_tokens = int(common);
-  for (int32_t t : p) s.sampler->accept(t);
+  for (int32_t t : p) s.seq->sampler()->accept(t);
 }
 
-void Engine::finish(Slot& s, const std::string& reason) {
+void Engine::finish(Slot& s, const std::string& reason, const std::string& detail) {
   const std::string rest = s.text->finish();
-  if (!rest.empty()) s.stream->push({rest, false, "", ""});
+  if (!rest.empty()) {
+    StreamEvent e;
+    e.text = rest;
+    s.stream->push(std::move(e));
+  }
   StreamEvent done;
   done.done = true;
   done.finish_reason = reason;
+  done.stop_detail = detail;
   done.prompt_tokens = int(s.req.prompt.size());
   done.completion_tokens = s.generated;
   done.cached_tokens = s.cached_tokens;
+  const auto now = std::chrono::steady_clock::now();
+  done.prompt_seconds = std::chrono::duration<double>(s.first_logits - s.started).count();
+  done.generation_seconds = std::chrono::duration<double>(now - s.first_logits).count();
+  done.decode_steps = s.decode_steps;
+  done.transfer_bytes = s.transfer_bytes;
+  done.transfer_seconds = s.transfer_seconds;
   // The slot is free before the reader hears that the request is done.
   const std::shared_ptr<Stream> stream = s.stream;
   release(s);
@@ -209,15 +199,19 @@ void Engine::release(Slot& s) {
 
 void Engine::sample(Slot& s) {
   s.ready = false;
-  const int32_t id = s.sampler->sample(s.logits);
-  s.sampler->accept(id);
-  if (tok_->is_eog(id)) return finish(s, "stop");
+  Sampler& sampler = *s.seq->sampler();
+  const int32_t id = sampler.sample(s.logits);
+  sampler.accept(id);
+  if (tok_->is_eog(id) && !s.req.ignore_eos) return finish(s, "stop", "end of text");
   ++s.generated;
-  const std::string text = s.text->add(tok_->token_to_piece(id, false));
-  if (!text.empty()) s.stream->push({text, false, "", ""});
-  if (s.text->stopped()) return finish(s, "stop");
-  if (s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens) return finish(s, "length");
-  if (session_->n_past(s.seq) >= session_->n_ctx()) return finish(s, "length");
+  StreamEvent e;
+  e.token = id;
+  e.text = s.text->add(tok_->token_to_piece(id, false));
+  s.stream->push(std::move(e));
+  if (s.text->stopped()) return finish(s, "stop", "stop string");
+  if (s.seq->position() >= ctx_->n_ctx()) return finish(s, "length", "context full");
+  if (s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens)
+    return finish(s, "length", "token limit");
   s.pending = id;
 }
 
@@ -226,7 +220,16 @@ void Engine::step() {
   for (Slot& s : slots_) {
     if (!s.busy) continue;
     if (s.stream->cancelled()) {
+      const std::shared_ptr<Stream> stream = s.stream;
       release(s);
+      StreamEvent e;
+      e.done = true;
+      e.finish_reason = "cancelled";
+      e.stop_detail = "cancelled";
+      e.prompt_tokens = int(s.req.prompt.size());
+      e.completion_tokens = s.generated;
+      e.cached_tokens = s.cached_tokens;
+      stream->push(std::move(e));
       continue;
     }
     if (s.ready) sample(s);
@@ -237,19 +240,20 @@ void Engine::step() {
     Slot* slot;
     bool prompt;
   };
-  std::vector<Session::SeqTokens> runs;
+  std::vector<Sequence::Run> runs;
   std::vector<Run> owners;
-  int budget = session_->n_batch();
+  int budget = ctx_->n_batch();
   for (Slot& s : slots_)
     if (s.busy && s.pending >= 0) {
-      runs.push_back({s.seq, std::span<const int32_t>(&s.pending, 1)});
+      runs.push_back({s.seq.get(), std::span<const int32_t>(&s.pending, 1)});
       owners.push_back({&s, false});
       --budget;
     }
   for (Slot& s : slots_)
     if (s.busy && !s.ready && s.pending < 0 && s.prompt_done < s.req.prompt.size() && budget > 0) {
       const size_t n = std::min(s.req.prompt.size() - s.prompt_done, size_t(budget));
-      runs.push_back({s.seq, std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
+      runs.push_back(
+          {s.seq.get(), std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
       owners.push_back({&s, true});
       budget -= int(n);
     }
@@ -257,31 +261,38 @@ void Engine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<float>> logits;
   try {
-    logits = session_->eval_batch(runs);
+    logits = Sequence::eval_batch(*ctx_, runs);
   } catch (const std::exception& e) {
     for (const Run& o : owners) {
       const std::shared_ptr<Stream> stream = o.slot->stream;
-      o.slot->cached.clear();
+      o.slot->seq->clear();
       o.slot->prompt_logits_at = 0;
-      session_->reset(o.slot->seq);
       release(*o.slot);
-      stream->push({"", true, "error", e.what()});
+      StreamEvent err;
+      err.done = true;
+      err.finish_reason = "error";
+      err.error = e.what();
+      stream->push(std::move(err));
     }
     return;
   }
+  const auto t1 = std::chrono::steady_clock::now();
   uint64_t prompt_tokens = 0, generated = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
     Slot& s = *owners[i].slot;
-    s.cached.insert(s.cached.end(), runs[i].tokens.begin(), runs[i].tokens.end());
     if (owners[i].prompt) {
       s.prompt_done += runs[i].tokens.size();
       prompt_tokens += runs[i].tokens.size();
       if (s.prompt_done < s.req.prompt.size()) continue;
       s.prompt_logits = logits[i];
-      s.prompt_logits_at = s.cached.size();
+      s.prompt_logits_at = s.seq->history().size();
+      s.first_logits = t1;
     } else {
       s.pending = -1;
       ++generated;
+      ++s.decode_steps;
+      s.transfer_bytes += ctx_->transfer_bytes();
+      s.transfer_seconds += ctx_->transfer_seconds();
     }
     s.logits = std::move(logits[i]);
     s.ready = true;
@@ -289,8 +300,7 @@ void Engine::step() {
   std::lock_guard<std::mutex> lock(m_);
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated;
-  stats_.busy_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.busy_seconds += std::chrono::duration<double>(t1 - t0).count();
 }
 
 void Engine::loop() {
@@ -310,7 +320,7 @@ void Engine::loop() {
         const auto& p = waiting_.front().req.prompt;
         for (Slot& s : slots_) {
           if (s.busy) continue;
-          const size_t c = common_prefix(s.cached, p);
+          const size_t c = common_prefix(s.seq->history(), p);
           if (!best || c > best_common || (c == best_common && s.last_used < best->last_used)) {
             best = &s;
             best_common = c;
@@ -321,6 +331,7 @@ void Engine::loop() {
         waiting_.pop_front();
         if (w.stream->cancelled()) continue;
         start(*best, std::move(w));
+        stats_.cached_tokens += uint64_t(best->cached_tokens);
       }
     }
     step();
@@ -328,4 +339,4 @@ void Engine::loop() {
   }
 }
 
-}  // namespace ps::server
+}  // namespace ps

@@ -1,0 +1,152 @@
+#pragma once
+// The engine every front end drives (`run`, `serve`): it owns a ModelContext and one thread that
+// serves requests from a bounded queue in slots, each slot a Sequence of the context. Each step
+// is one forward pass over every busy slot: the next token of each generating slot and chunks of
+// waiting prompts (up to -b tokens in all), so the weights are read once for all of them (one
+// pass per slot where a device lacks batched attention). Front ends submit a request and read
+// its events from a Stream (text pieces with their token ids, then one final event with usage,
+// timings and the stop reason), and can cancel it: a cancelled request leaves its slot within
+// one step. A new request takes the idle slot whose cached tokens share the longest prefix with
+// its prompt and evaluates only the rest.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model_context.h"
+#include "engine/sequence.h"
+#include "engine/text_stream.h"
+#include "sampling/sampler.h"
+
+namespace ps {
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;
+  SamplerParams sampling;
+  int max_tokens = -1;  // -1: until end of text or a full context
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // end-of-generation tokens are generated like any other
+};
+
+// What the engine says about one request, in order: one event per generated token (its id and
+// the text that became safe to send, which may be empty), then one final event.
+struct StreamEvent {
+  std::string text;
+  int32_t token = -1;  // the generated token (-1 on the final event)
+  bool done = false;
+  // The final event: "stop" or "length"; "error" with `error`; "cancelled".
+  std::string finish_reason;
+  // In words: "end of text", "stop string", "token limit", "context full", ...
+  std::string stop_detail;
+  std::string error;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // The final event: seconds from the request's start to its first token's logits (the
+  // prompt), then to its end (generation), over decode_steps passes; bytes copied between
+  // devices in those passes and the time the copies took.
+  double prompt_seconds = 0, generation_seconds = 0;
+  int decode_steps = 0;
+  size_t transfer_bytes = 0;
+  double transfer_seconds = 0;
+};
+
+class Stream {
+ public:
+  void push(StreamEvent e);
+  // The next event, waiting at most `timeout`; nullopt on timeout.
+  std::optional<StreamEvent> pop(std::chrono::milliseconds timeout);
+  // The reader is gone: the engine stops the request at its next step (Engine::cancel also
+  // wakes the engine).
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineStats {
+  uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0, cached_tokens = 0;
+  double busy_seconds = 0;  // time the engine spent on forward passes
+  int queue_length = 0, busy_slots = 0, n_slots = 0;
+};
+
+class Engine {
+ public:
+  // n_slots sequences of n_ctx positions each (opts.n_seq is set to n_slots); at most
+  // max_queue requests wait for a slot.
+  Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, int n_slots, int max_queue);
+  ~Engine();
+  const ModelContext& context() const { return *ctx_; }
+  // Queues a request; nullptr when the queue is full or the engine stopped. UsageError when the
+  // prompt is empty or leaves no room for one generated token in a slot.
+  std::shared_ptr<Stream> submit(CompletionRequest req);
+  // Ends the request within one step; its reader gets a final "cancelled" event.
+  void cancel(const std::shared_ptr<Stream>& stream);
+  int n_ctx() const { return ctx_->n_ctx(); }
+  EngineStats stats() const;
+  // Stops the thread: requests waiting or in flight end with an error event.
+  void stop();
+
+ private:
+  struct Slot {
+    std::unique_ptr<Sequence> seq;  // its history: the tokens its cells hold
+    bool busy = false;
+    // The logits after the last prompt's final token, valid for history[0, prompt_logits_at):
+    // a prompt repeated exactly starts from them, so its answer does not depend on the cache
+    // (evaluating only its last token again would round differently from the whole batch).
+    std::vector<float> prompt_logits;
+    size_t prompt_logits_at = 0;
+    // The request in the slot.
+    CompletionRequest req;
+    std::shared_ptr<Stream> stream;
+    std::unique_ptr<TextStream> text;
+    size_t prompt_done = 0;  // prompt tokens evaluated
+    std::vector<float> logits;
+    bool ready = false;    // logits holds the next token's distribution: sample it
+    int32_t pending = -1;  // a sampled token to evaluate in the next pass
+    int generated = 0, cached_tokens = 0;
+    std::chrono::steady_clock::time_point started, first_logits;
+    int decode_steps = 0;
+    size_t transfer_bytes = 0;
+    double transfer_seconds = 0;
+    std::chrono::steady_clock::time_point last_used;
+  };
+  struct Waiting {
+    CompletionRequest req;
+    std::shared_ptr<Stream> stream;
+    std::chrono::steady_clock::time_point submitted;
+  };
+  void loop();
+  void start(Slot& s, Waiting w);
+  // One forward pass over every busy slot (Sequence::eval_batch).
+  void step();
+  // Picks the slot's next token from its logits: sent out, or the request finishes.
+  void sample(Slot& s);
+  void finish(Slot& s, const std::string& reason, const std::string& detail);
+  // The slot is free again (under the lock: submit() and stats() read it).
+  void release(Slot& s);
+
+  std::unique_ptr<ModelContext> ctx_;
+  const Tokenizer* tok_;
+  int max_queue_;
+  // A test hook (POLYSTACK_TEST_STEP_DELAY_MS): a pause after each step, so that tests can
+  // act while a request is still generating.
+  std::chrono::milliseconds step_delay_{0};
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Waiting> waiting_;
+  std::vector<Slot> slots_;
+  bool stopping_ = false;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace ps

@@ -1,0 +1,269 @@
+// The engine on a real model (stories260K from ../shared) and its parts: text deltas that never
+// split a UTF-8 character or leak part of a stop string; sequences taken from and returned to a
+// context, with their history and rewinds; several requests at once in slots, each its own
+// answer, a repeated prompt from the cache, cancellation (waiting, mid-prompt and
+// mid-generation) freeing the slot with a final event, a full queue; and one event per token
+// whose ids decode to the text.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ps {
+namespace {
+
+TEST(TextStream, WholeCharactersOnly) {
+  TextStream t({});
+  const std::string euro = "\xE2\x82\xAC";  // U+20AC in three bytes, fed one at a time
+  EXPECT_EQ(t.add(euro.substr(0, 1)), "");
+  EXPECT_EQ(t.add(euro.substr(1, 1)), "");
+  EXPECT_EQ(t.add(euro.substr(2, 1) + "a"), euro + "a");
+  EXPECT_EQ(t.add("\xF0\x9F"), "");
+  EXPECT_EQ(t.finish(), "\xF0\x9F");  // what is left goes out at the end, even if cut
+}
+
+TEST(TextStream, StopStringsAcrossPieces) {
+  TextStream t({"END", "\n\n"});
+  std::string out;
+  for (const char* piece : {"Hello E", "N", "d E", "ND and more"}) {
+    out += t.add(piece);
+    if (t.stopped()) break;
+  }
+  EXPECT_TRUE(t.stopped());
+  EXPECT_EQ(out, "Hello ENd ");  // "EN" held back until "d" showed it was not the stop
+  EXPECT_EQ(t.add("x"), "");
+  TextStream u({"\n\n"});
+  EXPECT_EQ(u.add("a\n"), "a");
+  EXPECT_EQ(u.add("b"), "\nb");
+  EXPECT_EQ(u.finish(), "");
+  EXPECT_FALSE(u.stopped());
+}
+
+std::shared_ptr<LoadedModel> stories() {
+  const char* dir = std::getenv("POLYSTACK_SHARED_DIR");
+  const std::string path =
+      std::string(dir ? dir : POLYSTACK_SHARED_DIR) + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(path)) return nullptr;
+  return LoadedModel::load(path);
+}
+
+ContextOptions on_cpu(int n_ctx) {
+  ContextOptions o;
+  o.device = "cpu";
+  o.n_ctx = n_ctx;
+  o.n_threads = 1;
+  return o;
+}
+
+struct Answer {
+  std::string text;
+  StreamEvent done;
+};
+
+Answer collect(Stream& s) {
+  Answer a;
+  for (;;) {
+    auto e = s.pop(std::chrono::milliseconds(30000));
+    if (!e) {
+      ADD_FAILURE() << "no event within 30 s";
+      return a;
+    }
+    if (e->done) {
+      a.done = *e;
+      return a;
+    }
+    a.text += e->text;
+  }
+}
+
+CompletionRequest greedy(const Tokenizer& tok, const std::string& prompt, int n) {
+  CompletionRequest r;
+  r.prompt = tok.encode(prompt, true, true);
+  r.sampling.temp = 0;
+  r.max_tokens = n;
+  return r;
+}
+
+TEST(Engine, SlotsServeRequestsSideBySide) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  const ContextOptions o = on_cpu(128);
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily went"};
+  std::vector<std::string> alone;
+  {
+    Engine one(model, o, 1, 8);
+    for (const auto& p : prompts) alone.push_back(collect(*one.submit(greedy(tok, p, 20))).text);
+  }
+  Engine e(model, o, 3, 3);  // 3 slots and 3 waiting: all 6 taken
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (int k = 0; k < 2; ++k)
+    for (const auto& p : prompts) streams.push_back(e.submit(greedy(tok, p, 20)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    ASSERT_TRUE(streams[i]) << "request " << i << " refused";
+    const Answer a = collect(*streams[i]);
+    EXPECT_EQ(a.text, alone[i % prompts.size()]) << "request " << i;
+    EXPECT_EQ(a.done.finish_reason, "length");
+    EXPECT_EQ(a.done.completion_tokens, 20);
+  }
+  // The same prompt again: every prompt token from the cache, the same answer.
+  const Answer again = collect(*e.submit(greedy(tok, prompts[0], 20)));
+  EXPECT_EQ(again.text, alone[0]);
+  EXPECT_EQ(again.done.cached_tokens, again.done.prompt_tokens);
+  // A longer prompt sharing a prefix reuses it.
+  const Answer longer = collect(*e.submit(greedy(tok, prompts[0] + " there", 5)));
+  EXPECT_GT(longer.done.cached_tokens, 0);
+  EXPECT_LT(longer.done.cached_tokens, longer.done.prompt_tokens);
+  // A stop string ends the answer before it.
+  CompletionRequest st = greedy(tok, prompts[0], 20);
+  st.stop = {"Lily"};
+  const Answer stopped = collect(*e.submit(st));
+  EXPECT_EQ(stopped.done.finish_reason, "stop");
+  EXPECT_EQ(stopped.text, alone[0].substr(0, alone[0].find("Lily")));
+}
+
+TEST(Engine, CancelFreesTheSlotAndTheQueueIsBounded) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  const ContextOptions o = on_cpu(2048);
+  Engine e(model, o, 1, 1);
+  CompletionRequest endless = greedy(tok, "Once upon a time", -1);
+  endless.sampling.temp = 1;  // no end of text expected soon; cancelled below
+  auto first = e.submit(endless);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->pop(std::chrono::milliseconds(30000)));  // it is generating
+  auto second = e.submit(greedy(tok, "The dog", 4));          // waits: the queue holds 1
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(e.submit(greedy(tok, "The cat", 4)));  // the queue is full
+  first->cancel();
+  const Answer a = collect(*second);  // served once the cancelled request left its slot
+  EXPECT_EQ(a.done.finish_reason, "length");
+  EXPECT_EQ(a.done.completion_tokens, 4);
+  EXPECT_EQ(e.stats().busy_slots, 0);
+}
+
+TEST(Sequence, TakenFromTheContextAndReturned) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  ContextOptions o = on_cpu(64);
+  o.n_seq = 2;
+  ModelContext ctx(model, o);
+  const std::vector<int32_t> ids = model->tokenizer->encode("Once upon a time", true, true);
+  std::vector<float> first;
+  {
+    Sequence a(ctx), b(ctx);
+    EXPECT_EQ(ctx.live_sequences(), 2);
+    EXPECT_NE(a.id(), b.id());
+    EXPECT_THROW(Sequence c(ctx), UsageError);  // both taken
+    first = a.eval(ids);
+    EXPECT_EQ(a.position(), int(ids.size()));
+    EXPECT_EQ(a.history(), ids);
+    EXPECT_EQ(b.position(), 0);
+    // A rewind keeps the first tokens; evaluating the rest again gives the same logits.
+    ASSERT_TRUE(a.rewind(2));
+    EXPECT_EQ(a.history(), std::vector<int32_t>(ids.begin(), ids.begin() + 2));
+    const std::vector<float> again = a.eval(std::span<const int32_t>(ids).subspan(2));
+    ASSERT_EQ(again.size(), first.size());
+    for (size_t i = 0; i < first.size(); ++i) ASSERT_NEAR(again[i], first[i], 1e-3) << i;
+    EXPECT_FALSE(a.rewind(int(ids.size()) + 1));
+    // Two sequences in one pass: each history extended by its own tokens.
+    const int32_t next = 42;
+    const std::vector<Sequence::Run> runs = {{&a, std::span<const int32_t>(&next, 1)}, {&b, ids}};
+    const auto both = Sequence::eval_batch(ctx, runs);
+    ASSERT_EQ(both.size(), 2u);
+    EXPECT_EQ(b.history(), ids);
+    EXPECT_EQ(a.history().size(), ids.size() + 1);
+    EXPECT_EQ(a.history().back(), next);
+  }
+  EXPECT_EQ(ctx.live_sequences(), 0);
+  // A new sequence starts empty, whatever the cells held before.
+  Sequence c(ctx);
+  EXPECT_EQ(c.position(), 0);
+  EXPECT_TRUE(c.history().empty());
+  EXPECT_EQ(c.eval(ids), first);
+}
+
+TEST(Engine, EveryTokenIsAnEventAndTheIdsAreTheText) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  Engine e(model, on_cpu(128), 1, 0);
+  auto s = e.submit(greedy(tok, "Once upon a time", 16));
+  ASSERT_TRUE(s);
+  std::vector<int32_t> ids;
+  std::string text;
+  StreamEvent done;
+  for (;;) {
+    auto ev = s->pop(std::chrono::milliseconds(30000));
+    ASSERT_TRUE(ev);
+    if (ev->done) {
+      done = *ev;
+      break;
+    }
+    text += ev->text;
+    if (ev->token >= 0) ids.push_back(ev->token);
+  }
+  EXPECT_EQ(ids.size(), 16u);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_EQ(done.finish_reason, "length");
+  EXPECT_EQ(done.stop_detail, "token limit");
+  EXPECT_EQ(done.decode_steps, 15);  // the last token is not evaluated
+  EXPECT_GT(done.prompt_seconds, 0);
+  // Bad requests are refused before they queue.
+  EXPECT_THROW(e.submit(CompletionRequest{}), UsageError);
+  CompletionRequest too_long = greedy(tok, "x", 1);
+  too_long.prompt.assign(128, too_long.prompt[0]);
+  EXPECT_THROW(e.submit(too_long), UsageError);
+}
+
+TEST(Engine, CancelEndsARequestWaitingPromptingOrGenerating) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  ContextOptions o = on_cpu(2048);
+  o.n_batch = 4;  // a long prompt takes many steps, each at least 2 ms
+  setenv("POLYSTACK_TEST_STEP_DELAY_MS", "2", 1);
+  Engine e(model, o, 1, 4);
+  unsetenv("POLYSTACK_TEST_STEP_DELAY_MS");
+  CompletionRequest endless = greedy(tok, "Once upon a time", -1);
+  endless.ignore_eos = true;
+  auto generating = e.submit(endless);
+  ASSERT_TRUE(generating);
+  ASSERT_TRUE(generating->pop(std::chrono::milliseconds(30000)));  // it is generating
+  CompletionRequest long_prompt = greedy(tok, "x", 4);
+  long_prompt.prompt.assign(1500, tok.encode("Lily", false, false).at(0));
+  auto prompting = e.submit(long_prompt);
+  auto waiting = e.submit(greedy(tok, "The dog", 4));
+  ASSERT_TRUE(prompting && waiting);
+  e.cancel(waiting);  // still in the queue
+  auto w = collect(*waiting);
+  EXPECT_EQ(w.done.finish_reason, "cancelled");
+  EXPECT_EQ(w.text, "");
+  e.cancel(generating);
+  auto g = collect(*generating);
+  EXPECT_EQ(g.done.finish_reason, "cancelled");
+  // The long prompt takes the slot; cancelled before its 375 steps are through.
+  for (int i = 0; i < 3000 && (e.stats().busy_slots == 0 || e.stats().queue_length > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(e.stats().busy_slots, 1);
+  e.cancel(prompting);
+  auto p = collect(*prompting);
+  EXPECT_EQ(p.done.finish_reason, "cancelled");
+  EXPECT_EQ(p.done.completion_tokens, 0);
+  EXPECT_EQ(e.stats().busy_slots, 0);
+  EXPECT_EQ(e.stats().queue_length, 0);
+  // The slot serves the next request as usual.
+  const Answer after = collect(*e.submit(greedy(tok, "The dog", 4)));
+  EXPECT_EQ(after.done.finish_reason, "length");
+  EXPECT_EQ(after.done.completion_tokens, 4);
+}
+
+}  // namespace
+}  // namespace ps
