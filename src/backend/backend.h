@@ -70,6 +70,10 @@ class Buffer {
 
 struct DeviceOptions {
   int n_threads = 0;  // CPU: 0 = physical cores
+  // Every token's outputs computed the same way whatever else is in the batch (how many
+  // tokens, of which sequences), at some cost in speed (--deterministic). The CPU honours it;
+  // other backends ignore it.
+  bool batch_invariant = false;
 };
 
 class Device {
@@ -108,7 +112,7 @@ inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
 // against these structs, so one built for another layout is refused rather than called. Raise
 // the number whenever a type in this header changes.
-inline constexpr int kBackendAbiVersion = 3;
+inline constexpr int kBackendAbiVersion = 4;
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

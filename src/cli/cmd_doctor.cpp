@@ -179,10 +179,11 @@ Action add_doctor(CLI::App& app) {
       auto m = LoadedModel::load(o->model, /*with_tokenizer=*/false);
       const ModelParams& p = m->model->params();
       // The context and batch run uses by default.
-      const int ctx = int(std::min<int64_t>(p.n_ctx_train, 4096));
+      const ContextShape shape = resolve_shape(p, ContextOptions{});
       cpu_device = Registry::global().open("cpu", DeviceOptions{});
       model.emplace();
-      model->units = model_unit_costs(*m, ctx, std::min(512, ctx), *cpu_device, model->compute);
+      model->units = model_unit_costs(*m, shape.n_ctx, std::min(shape.n_batch, shape.n_ctx),
+                                      *cpu_device, model->compute);
     }
     std::vector<Check> checks = doctor::file_checks(root, opts);
     const std::vector<doctor::PciGpu> gpus = doctor::find_gpus(root);

@@ -26,6 +26,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   cmd->add_flag("--strict", f.context.strict,
                 "Fail instead of falling back: a device passed over for a failure, ops run "
                 "elsewhere");
+  cmd->add_flag("--deterministic", f.context.deterministic,
+                "CPU: compute each token the same way whatever else shares its batch, so a "
+                "greedy answer does not depend on other requests (slower: docs/PERFORMANCE.md)");
   cmd->add_flag_callback(
       "--no-self-check", [&f] { f.context.self_check = false; },
       "Run on a GPU without checking it against the CPU first");

@@ -83,6 +83,7 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
   Registry& reg = Registry::global();
   DeviceOptions dopts;
   dopts.n_threads = opts.n_threads;
+  dopts.batch_invariant = opts.deterministic;
   OpenedDevices out;
   out.choice = choose_device(reg, device_choice_options(model, opts));
   ChosenDevice& choice = out.choice;

@@ -50,6 +50,9 @@ struct ContextOptions {
   bool split_layers = false;
   std::vector<double> tensor_split;
   int main_gpu = -1;
+  // --deterministic: a sequence's tokens computed the same way whatever else shares its batch
+  // (DeviceOptions::batch_invariant), so a greedy answer does not depend on other requests.
+  bool deterministic = false;
   // Sequences that can be live at once (a server's slots): each its own KV cells of n_ctx
   // positions and its own position, over the one copy of the weights.
   int n_seq = 1;

@@ -110,7 +110,7 @@ void attention(Context& ctx, Tensor& node) {
         fmt::format("cpu attention: K cache {} ({}) or V cache {} ({}) is not of a "
                     "float type",
                     kc.name, dtype_name(kc.type), vc.name, dtype_name(vc.type)));
-  const GemmKernel* tiles = gemm_kernel(kc.type, ctx.isa);
+  const GemmKernel* tiles = ctx.batch_invariant ? nullptr : gemm_kernel(kc.type, ctx.isa);
   const RowOps& rows = row_ops(ctx.isa);
 
   if (tok)
@@ -210,7 +210,7 @@ void attention(Context& ctx, Tensor& node) {
   // which follow from the span alone, are merged in position order, so the result does not
   // depend on the number of threads.
   std::vector<int64_t> first_run(blocks.size() + 1, 0), run_length(blocks.size());
-  bool decode = true;
+  bool decode = !ctx.batch_invariant;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     decode = decode && blocks[bi].t1 - blocks[bi].t0 == 1;
     const int64_t end = position(blocks[bi].t0) + 1, span = end - visible_from(end);

@@ -124,11 +124,12 @@ class OpProfile {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int threads)
+  CpuDevice(int threads, bool batch_invariant)
       : pool_(threads), info_(cpu_device_info(threads)), profile_(OpProfile::from_environment()) {
     ctx_.pool = &pool_;
     ctx_.isa = active_isa_level();
     ctx_.packed = &packed_;
+    ctx_.batch_invariant = batch_invariant;
   }
   const DeviceInfo& info() const override { return info_; }
   bool reads_host_memory() const override { return true; }
@@ -229,7 +230,7 @@ class CpuBackend final : public Backend {
     if (index != 0) throw BackendError("cpu: there is only one CPU device, 'cpu'");
     const int threads = opts.n_threads > 0 ? opts.n_threads : physical_core_count();
     if (threads > 1024) throw UsageError(fmt::format("{} threads is too many", threads));
-    return std::make_unique<CpuDevice>(threads);
+    return std::make_unique<CpuDevice>(threads, opts.batch_invariant);
   }
 };
 

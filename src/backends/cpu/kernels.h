@@ -26,7 +26,13 @@ struct RopeTable {
 struct Context {
   ThreadPool* pool = nullptr;
   IsaLevel isa = IsaLevel::Scalar;
-  PackedWeights* packed = nullptr;     // the device's packed weights; null: never pack
+  PackedWeights* packed = nullptr;  // the device's packed weights; null: never pack
+  // DeviceOptions::batch_invariant: a column's (token's) arithmetic must not depend on the
+  // others. Matmuls without packed tiles then take the row dots for every column count (the
+  // register tiles of gemm.h sum in another order than the dot), and attention takes one path
+  // for every query with row-dot scores (the decode path's partial softmaxes, and tiles that
+  // cover a position or not by the block's extent, round differently).
+  bool batch_invariant = false;
   std::vector<unsigned char> scratch;  // grown on demand (activation quantization, ...)
   RopeTable rope;
   void* scratch_bytes(size_t n) {

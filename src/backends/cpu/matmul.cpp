@@ -142,7 +142,7 @@ void matmul(Context& ctx, Tensor& node) {
   const size_t y_stride = node.nb[1] / sizeof(float);
   const char* wdata = static_cast<const char*>(w.data);
 
-  if (M >= kMinGemmColumns) {
+  if (M >= kMinGemmColumns && !ctx.batch_invariant) {
     if (const GemmKernel* g = gemm_kernel(w.type, ctx.isa)) {
       gemm(*ctx.pool, *g, k.dot, K, N, M, wdata, w.nb[1], act, act_stride, y, y_stride);
       return;
