@@ -254,14 +254,30 @@ Tensor* Graph::attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Ten
   return t;
 }
 
+Tensor* Graph::attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
+                               float scale, int32_t window) {
+  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
+  if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
+      v_cache->ne[2] != k_cache->ne[2] || k_cache->ne[3] != 1 || v_cache->ne[3] != 1 ||
+      n_head % k_cache->ne[1] != 0 || window < 0 || token_info->type != DType::I32 ||
+      token_info->ne[0] < kPagedHeader + 2 * n_tokens || token_info->ne[1] != 1 ||
+      !token_info->is_contiguous())
+    bad_shapes(OpKind::Attention, q, k_cache);
+  Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1},
+                   {q, k_cache, v_cache, token_info});
+  set_attention_params(*t, {0, window, scale, true});
+  return t;
+}
+
 void set_attention_params(Tensor& node, const AttentionParams& p) {
   node.iparams[0] = p.n_past;
   node.iparams[2] = p.window;
+  node.iparams[3] = p.paged ? 1 : 0;
   node.fparams[0] = p.scale;
 }
 
 AttentionParams attention_params(const Tensor& node) {
-  return {node.iparams[0], node.iparams[2], node.fparams[0]};
+  return {node.iparams[0], node.iparams[2], node.fparams[0], node.iparams[3] != 0};
 }
 
 }  // namespace ps

@@ -48,6 +48,10 @@ class Graph {
   // n_seq] hold a plane per sequence. The cache writes must come earlier in the graph.
   Tensor* attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
                            float scale, int32_t window = 0);
+  // The same over a pool of cells given out in blocks (graph/ops.h, AttentionParams::paged):
+  // the caches [head_dim, n_kv_head, n_cells, 1], token_info I32 [2 + 2 n_tokens + tables].
+  Tensor* attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
+                          float scale, int32_t window = 0);
 
   // The model layer the nodes created from now on belong to (Tensor::layer).
   void set_layer(int layer) { layer_ = layer; }

@@ -29,7 +29,7 @@ enum class OpKind : uint8_t {
   SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
   Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx];
-              // iparams: n_past, n_past + T, sliding window (0: none); fparams[0] = scale
+              // iparams: n_past, n_past + T, sliding window (0: none), paged; fparams[0] = scale
   Count,
 };
 

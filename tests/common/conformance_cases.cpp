@@ -237,6 +237,50 @@ std::vector<std::unique_ptr<Case>> all_cases() {
           c.tolerance = 1e-4;
         });
   }
+  // The same over a paged cache (graph/ops.h): a pool of cells in blocks, each sequence's
+  // blocks in a shuffled order, a window over a ring, and positions past one GPU chunk.
+  struct PagedCase {
+    const char* what;
+    int64_t hd, n_head, n_kv, slots, block, n_seq;
+    std::vector<int32_t> info;  // (position, sequence) per token
+    int32_t window;
+  };
+  const PagedCase paged_cases[] = {
+      {"3 sequences in blocks of 16", 40, 4, 2, 64, 16, 3, {0, 1, 9, 0, 10, 0, 11, 0, 30, 2}, 0},
+      {"window 4 over a ring of 9 slots in blocks of 4",
+       40,
+       4,
+       2,
+       9,
+       4,
+       2,
+       {22, 1, 23, 1, 8, 0},
+       4},
+      {"700 positions in blocks of 64", 32, 2, 1, 800, 64, 2, {698, 1, 10, 0}, 0},
+  };
+  for (const PagedCase& a : paged_cases) {
+    builders.emplace_back(
+        fmt::format("attention over a paged cache: {}", a.what), [a](Case& c, std::mt19937& rng) {
+          const int64_t T = int64_t(a.info.size() / 2);
+          const int64_t per_seq = (a.slots + a.block - 1) / a.block;
+          const int64_t cells = (per_seq * a.n_seq + 1) * a.block;  // one block never used
+          std::vector<int32_t> blocks(size_t(per_seq * a.n_seq + 1));
+          for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
+          std::shuffle(blocks.begin(), blocks.end(), rng);
+          std::vector<int32_t> info = {int32_t(a.slots), int32_t(a.block)};
+          const size_t tables = size_t(2 + 2 * T);
+          for (int64_t t = 0; t < T; ++t)
+            info.push_back(a.info[size_t(2 * t)]),
+                info.push_back(int32_t(tables + size_t(a.info[size_t(2 * t + 1)] * per_seq)));
+          info.insert(info.end(), blocks.begin(), blocks.begin() + per_seq * a.n_seq);
+          Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, T, 1}, rng);
+          Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, cells, 1}, rng);
+          Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, cells, 1}, rng);
+          Tensor* it = c.int_leaf("info", info);
+          c.out = c.graph.attention_paged(q, k, v, it, 0.3f, a.window);
+          c.tolerance = 1e-4;
+        });
+  }
   std::vector<std::unique_ptr<Case>> cases;
   std::mt19937 rng(4242);
   for (auto& [name, build] : builders) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -431,6 +432,89 @@ TEST_P(CpuOps, AttentionOverPerTokenPositionsAndPlanes) {
   Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, planes}, v.data());
   Tensor* it = g.leaf("info", DType::I32, {2, T, 1, 1}, bad.data());
   EXPECT_THROW(r.run(g, g.attention_tokens(qt, kt, vt, it, 0.25f)), BackendError);
+}
+
+// A paged cache (graph/ops.h) gives the bits of the planes it was scattered from: each plane's
+// slots go to blocks of a shared pool in a shuffled order, and the same tokens attend through
+// their block tables; prompts and lone decode tokens, a window, a ring, blocks smaller and
+// larger than the score tiles, spans past one decode run. A table that points past the pool is
+// an error, not a read past it.
+TEST_P(CpuOps, PagedCacheGivesThePlanesBits) {
+  Runner r(GetParam());
+  const int64_t hd = 32, n_head = 4, n_kv = 2;
+  struct Case {
+    int64_t slots, planes, block;
+    std::vector<int32_t> info;  // (position, plane) per token
+    int32_t window;
+  };
+  const Case cases[] = {
+      {48, 3, 8, {0, 1, 9, 0, 10, 0, 11, 0, 30, 2, 31, 2}, 0},
+      {48, 3, 4, {5, 2, 6, 2, 7, 2, 47, 0}, 0},
+      {9, 2, 3, {22, 1, 23, 1, 8, 0}, 4},
+      {320, 2, 64, {300, 1, 130, 0}, 0},
+      {320, 2, 16, {319, 0, 200, 1, 201, 1}, 100},
+  };
+  for (const Case& c : cases) {
+    const int64_t T = int64_t(c.info.size() / 2), row = hd * n_kv;
+    const int64_t per_plane = (c.slots + c.block - 1) / c.block,
+                  cells = per_plane * c.planes * c.block;
+    auto q = random_floats(size_t(hd * n_head * T), 41);
+    auto kf = random_floats(size_t(row * c.slots * c.planes), 42);
+    auto vf = random_floats(size_t(row * c.slots * c.planes), 43);
+    std::vector<uint16_t> k(kf.size()), v(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
+    // Blocks of every plane in a shuffled order over the pool.
+    std::vector<int32_t> order(size_t(per_plane * c.planes));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+    std::mt19937 rng(7);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<uint16_t> kp(size_t(row * cells), 0x7e00), vp(size_t(row * cells), 0x7e00);  // NaN
+    std::vector<int32_t> info = {int32_t(c.slots), int32_t(c.block)};
+    for (int64_t t = 0; t < T; ++t) info.push_back(c.info[size_t(2 * t)]), info.push_back(0);
+    std::vector<int32_t> table_at(size_t(c.planes));
+    for (int64_t pl = 0; pl < c.planes; ++pl) {
+      table_at[size_t(pl)] = int32_t(info.size());
+      for (int64_t b = 0; b < per_plane; ++b) info.push_back(order[size_t(pl * per_plane + b)]);
+      for (int64_t j = 0; j < c.slots; ++j) {
+        const int64_t cell =
+            int64_t(order[size_t(pl * per_plane + j / c.block)]) * c.block + j % c.block;
+        std::copy_n(&k[size_t((pl * c.slots + j) * row)], row, &kp[size_t(cell * row)]);
+        std::copy_n(&v[size_t((pl * c.slots + j) * row)], row, &vp[size_t(cell * row)]);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t)
+      info[size_t(3 + 2 * t)] = table_at[size_t(c.info[size_t(2 * t + 1)])];
+    std::vector<int32_t> plane_info = c.info;
+    Graph g1, g2;
+    auto planes = r.run(
+        g1, g1.attention_tokens(g1.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data()),
+                                g1.leaf("k", DType::F16, {hd, n_kv, c.slots, c.planes}, k.data()),
+                                g1.leaf("v", DType::F16, {hd, n_kv, c.slots, c.planes}, v.data()),
+                                g1.leaf("info", DType::I32, {2, T, 1, 1}, plane_info.data()), 0.3f,
+                                c.window));
+    auto paged =
+        r.run(g2, g2.attention_paged(
+                      g2.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data()),
+                      g2.leaf("k", DType::F16, {hd, n_kv, cells, 1}, kp.data()),
+                      g2.leaf("v", DType::F16, {hd, n_kv, cells, 1}, vp.data()),
+                      g2.leaf("info", DType::I32, {int64_t(info.size()), 1, 1, 1}, info.data()),
+                      0.3f, c.window));
+    ASSERT_EQ(planes.size(), paged.size());
+    for (size_t i = 0; i < planes.size(); ++i)
+      ASSERT_EQ(planes[i], paged[i]) << "slots " << c.slots << " block " << c.block << " at " << i;
+    // A block number past the pool.
+    std::vector<int32_t> bad = info;
+    bad[size_t(table_at[0])] = int32_t(cells / c.block);
+    Graph g3;
+    EXPECT_THROW(
+        r.run(g3, g3.attention_paged(
+                      g3.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data()),
+                      g3.leaf("k", DType::F16, {hd, n_kv, cells, 1}, kp.data()),
+                      g3.leaf("v", DType::F16, {hd, n_kv, cells, 1}, vp.data()),
+                      g3.leaf("info", DType::I32, {int64_t(bad.size()), 1, 1, 1}, bad.data()), 0.3f,
+                      c.window)),
+        BackendError);
+  }
 }
 
 // Decoding one token over long spans of the cache, across a ring's wrap and with windows,

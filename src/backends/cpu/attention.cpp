@@ -98,11 +98,25 @@ void attention(Context& ctx, Tensor& node) {
   const int64_t group = n_head / n_kv_head;
   const AttentionParams ap = attention_params(node);
   const int64_t window = ap.window;
-  const int64_t slots = kc.ne[2];  // position j is in slot j % slots
-  const float scale = ap.scale;
-  // Per token: its position and cache plane (several sequences), else n_past + t in plane 0.
+  // Position j is in slot j % slots: the cache's row of that slot, or with a paged cache the
+  // cell its sequence's block table gives (graph/ops.h).
+  const bool paged = ap.paged;
   const Tensor* info = attention_token_info(node);
-  const int32_t* tok = info ? static_cast<const int32_t*>(info->data) : nullptr;
+  const int32_t* all = info ? static_cast<const int32_t*>(info->data) : nullptr;
+  int64_t slots = kc.ne[2], block = 1;
+  if (paged) {
+    slots = all[0];
+    block = all[1];
+    if (slots < 1 || block < 1 || kc.ne[2] % block != 0)
+      throw BackendError(
+          fmt::format("cpu attention: paged cache of {} cells with {} slots per "
+                      "sequence in blocks of {}",
+                      kc.ne[2], slots, block));
+  }
+  const float scale = ap.scale;
+  // Per token: its position and cache plane (several sequences) or block table (paged), else
+  // n_past + t in plane 0.
+  const int32_t* tok = paged ? all + kPagedHeader : all;
   const DotKernel& kdot = dot_kernel(kc.type, ctx.isa);
   const WeightedSumFn vsum = dot_kernel(vc.type, ctx.isa).weighted_sum;
   if (kdot.act_type != DType::F32 || !vsum)
@@ -113,12 +127,25 @@ void attention(Context& ctx, Tensor& node) {
   const GemmKernel* tiles = ctx.batch_invariant ? nullptr : gemm_kernel(kc.type, ctx.isa);
   const RowOps& rows = row_ops(ctx.isa);
 
-  if (tok)
+  if (tok && !paged)
     for (int64_t t = 0; t < n_tokens; ++t)
       if (tok[2 * t] < 0 || tok[2 * t + 1] < 0 || tok[2 * t + 1] >= kc.ne[3] ||
           tok[2 * t + 1] >= vc.ne[3])
         throw BackendError(fmt::format("cpu attention: token {} has position {} in plane {} of {}",
                                        t, tok[2 * t], tok[2 * t + 1], kc.ne[3]));
+  if (paged)
+    // Every block a token's visible positions use must lie in the table and the pool.
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int64_t pos = tok[2 * t], table = tok[2 * t + 1];
+      const int64_t entries = pos < 0 ? 0 : (std::min(slots, pos + 1) - 1) / block + 1;
+      bool ok = pos >= 0 && table >= kPagedHeader + 2 * n_tokens && table + entries <= info->ne[0];
+      for (int64_t e = 0; ok && e < entries; ++e)
+        ok = all[table + e] >= 0 && (int64_t(all[table + e]) + 1) * block <= kc.ne[2];
+      if (!ok)
+        throw BackendError(fmt::format(
+            "cpu attention: token {} at position {} has a block table outside the {} cells", t, pos,
+            kc.ne[2]));
+    }
   const auto position = [&](int64_t t) { return tok ? int64_t(tok[2 * t]) : ap.n_past + t; };
   const auto plane_of = [&](int64_t t) { return tok ? int64_t(tok[2 * t + 1]) : int64_t(0); };
 
@@ -145,11 +172,24 @@ void attention(Context& ctx, Tensor& node) {
   // block, run of positions or ring layout it is reached through; a group split by the ring's
   // wrap is gathered into consecutive rows first. Positions outside whole groups take the row
   // dot.
+  // The row of position j of the sequence whose plane (paged: block table) is `plane`.
+  const auto cache_row = [&](const Tensor& c, int64_t kvh, int64_t plane, int64_t j) {
+    const int64_t slot = j % slots;
+    if (!paged) return static_cast<const char*>(row_ptr(c, kvh, slot, plane));
+    const int64_t cell = int64_t(all[plane + slot / block]) * block + slot % block;
+    return static_cast<const char*>(row_ptr(c, kvh, cell, 0));
+  };
+  // The end of the run of positions from a (at most to) that lie in consecutive rows: up to a
+  // ring's wrap, or a block's end.
+  const auto run_end = [&](int64_t a, int64_t to) {
+    const int64_t slot = a % slots;
+    int64_t c = std::min(to, a + slots - slot);
+    if (paged) c = std::min(c, a + block - slot % block);
+    return c;
+  };
   const auto score = [&](int64_t kvh, int64_t plane, int64_t from, int64_t to, const float* queries,
                          int nq, float* scores, size_t stride, std::vector<char>& gathered) {
-    const auto k_row = [&](int64_t j) {
-      return static_cast<const char*>(row_ptr(kc, kvh, j % slots, plane));
-    };
+    const auto k_row = [&](int64_t j) { return cache_row(kc, kvh, plane, j); };
     for (int64_t j = from; j < to;) {
       if (!tiles || j % R != 0 || j + R > to) {
         for (int i = 0; i < nq; ++i)
@@ -160,7 +200,7 @@ void attention(Context& ctx, Tensor& node) {
       }
       const char* w = k_row(j);
       size_t w_stride = k_stride;
-      if (j % slots + R > slots) {
+      if (run_end(j, j + R) < j + R) {
         gathered.resize(size_t(R) * k_row_bytes);
         for (int64_t r = 0; r < R; ++r)
           std::memcpy(&gathered[size_t(r) * k_row_bytes], k_row(j + r), k_row_bytes);
@@ -180,7 +220,7 @@ void attention(Context& ctx, Tensor& node) {
   // one, or two where a ring wraps.
   const auto slot_runs = [&](int64_t from, int64_t to, const auto& fn) {
     for (int64_t a = from; a < to;) {
-      const int64_t c = std::min(to, a + slots - a % slots);
+      const int64_t c = run_end(a, to);
       fn(a, c);
       a = c;
     }
@@ -190,8 +230,8 @@ void attention(Context& ctx, Tensor& node) {
   const auto weigh = [&](int64_t kvh, int64_t plane, int64_t from, int64_t to, const float* p,
                          size_t p_stride, int nq, float* sums) {
     slot_runs(from, to, [&](int64_t a, int64_t c) {
-      vsum(hd, c - a, p + (a - from), p_stride, nq, row_ptr(vc, kvh, a % slots, plane), v_stride,
-           sums, size_t(hd));
+      vsum(hd, c - a, p + (a - from), p_stride, nq, cache_row(vc, kvh, plane, a), v_stride, sums,
+           size_t(hd));
     });
   };
 
@@ -256,8 +296,8 @@ void attention(Context& ctx, Tensor& node) {
       Ahead ahead;
       for (const Tensor* cache : {&kc, &vc})
         slot_runs(from, to, [&](int64_t a, int64_t c) {
-          ahead.add(static_cast<const char*>(row_ptr(*cache, kv0, a % slots, b.plane)), c - a,
-                    size_t(kv1 - kv0) * cache->nb[1], cache->nb[2]);
+          ahead.add(cache_row(*cache, kv0, b.plane, a), c - a, size_t(kv1 - kv0) * cache->nb[1],
+                    cache->nb[2]);
         });
       ahead.take(kDecodeLead);
       thread_local std::vector<float> queries, scores, sums;

@@ -341,8 +341,8 @@ void VulkanDevice::run(Tensor& n) {
       strides(p.d_nb, n, sizeof(float));
       const AttentionParams ap = attention_params(n);
       const Tensor* info = attention_token_info(n);
-      // iparam < 0: each token's position and plane come from binding 4.
-      p.iparam = info ? -1 : ap.n_past;
+      // iparam < 0: each token's position and plane (-2: block table) come from binding 4.
+      p.iparam = ap.paged ? -2 : info ? -1 : ap.n_past;
       p.fparam0 = ap.scale;
       p.op = uint32_t(ap.window);
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},

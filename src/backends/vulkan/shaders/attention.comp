@@ -6,7 +6,10 @@
 // sliding window (0: none). Position j is in cache slot j % b_ne[2] (a sliding layer's ring).
 // Bindings: 0 = q, 1 = K cache, 2 = output; the V cache is binding 3. iparam < 0: binding 4
 // holds each token's (position, cache plane), so tokens of several sequences share the op;
-// the caches then have a plane per sequence (stride b_nb[3]).
+// the caches then have a plane per sequence (stride b_nb[3]). iparam == -2: a paged cache
+// (graph/ops.h): binding 4 holds (slots, block), each token's (position, table offset), then the
+// block tables, and position j of a token's sequence is in cell
+// table[(j % slots) / block] * block + (j % slots) % block of the one plane.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -29,15 +32,28 @@ float half_of(uint e, bool v) {
   return unpackHalf2x16(w >> ((e & 1u) * 16u)).x;
 }
 
+// The first element of position j's row for cache head kvh, counted from a cache's first
+// element: in slot j % slots of the plane, or (paged) in the cell the block table gives.
+uint row_of(uint j, uint kvh, uint plane, bool paged, uint slots, uint block) {
+  const uint slot = j % slots;
+  if (!paged) return kvh * p.b_nb[1] + slot * p.b_nb[2] + plane * p.b_nb[3];
+  const uint cell = uint(info[p.e_off + plane + slot / block]) * block + slot % block;
+  return kvh * p.b_nb[1] + cell * p.b_nb[2];
+}
+
 void main() {
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
   const uint hd = p.ne[0], n_head = p.ne[1];
   const uint n_kv_head = p.b_ne[1];
   const uint kvh = h / (n_head / n_kv_head);
-  const bool per_token = p.iparam < 0;
-  const uint plane = per_token ? uint(info[p.e_off + 2 * t + 1]) : 0;
+  const bool per_token = p.iparam < 0, paged = p.iparam == -2;
+  const uint pairs = p.e_off + (paged ? 2 : 0);
+  const uint slots = paged ? uint(info[p.e_off]) : p.b_ne[2];
+  const uint block = paged ? uint(info[p.e_off + 1]) : 1;
+  // plane: the cache plane, or (paged) where the token's block table starts in binding 4.
+  const uint plane = per_token ? uint(info[pairs + 2 * t + 1]) : 0;
   // Visible cache positions: [first, end).
-  const uint end = (per_token ? uint(info[p.e_off + 2 * t]) : uint(p.iparam) + t) + 1;
+  const uint end = (per_token ? uint(info[pairs + 2 * t]) : uint(p.iparam) + t) + 1;
   const uint first = p.op > 0 && end > p.op ? end - p.op : 0;
   const uint qrow = p.a_off + h * p.a_nb[1] + t * p.a_nb[2];
   for (uint i = tid; i < hd; i += 64) qs[i] = q[qrow + i];
@@ -50,8 +66,7 @@ void main() {
     const uint len = min(CHUNK, end - c);
     float cmax = -1.0 / 0.0;
     for (uint j = tid; j < len; j += 64) {
-      const uint krow =
-          p.b_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2] + plane * p.b_nb[3];
+      const uint krow = p.b_off + row_of(c + j, kvh, plane, paged, slots, block);
       float s = 0.0;
       for (uint i = 0; i < hd; ++i) s += qs[i] * half_of(krow + i, false);
       s *= p.fparam0;
@@ -71,8 +86,7 @@ void main() {
     for (uint j = 0; j < len; ++j) {
       const float pj = exp(scores[j] - new_m);
       l += pj;
-      const uint vrow =
-          p.v_off + kvh * p.b_nb[1] + ((c + j) % p.b_ne[2]) * p.b_nb[2] + plane * p.b_nb[3];
+      const uint vrow = p.v_off + row_of(c + j, kvh, plane, paged, slots, block);
       for (uint k = 0; k < MAX_HD / 64; ++k) {
         const uint i = tid + 64 * k;
         if (i < hd) acc[k] += pj * half_of(vrow + i, true);
