@@ -182,8 +182,7 @@ Action add_doctor(CLI::App& app) {
       const ContextShape shape = resolve_shape(p, ContextOptions{});
       cpu_device = Registry::global().open("cpu", DeviceOptions{});
       model.emplace();
-      model->units = model_unit_costs(*m, shape.n_ctx, std::min(shape.n_batch, shape.n_ctx),
-                                      *cpu_device, model->compute);
+      model->units = model_unit_costs(*m, shape, *cpu_device, model->compute);
     }
     std::vector<Check> checks = doctor::file_checks(root, opts);
     const std::vector<doctor::PciGpu> gpus = doctor::find_gpus(root);

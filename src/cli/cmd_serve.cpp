@@ -20,8 +20,11 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--port", o->so.port, "Port to listen on (default 8080)")
       ->check(CLI::Range(1, 65535));
   cmd->add_option("--parallel", o->so.n_slots,
-                  "Slots: requests served at once, each with a context of -c tokens (-np)")
+                  "Slots: requests served at once, their KV cells from one pool of -c (-np)")
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--ctx-per-seq", o->mf.context.n_ctx_per_seq,
+                  "Positions one request may use of the pool (0: all of -c)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--queue", o->so.max_queue,
                   "Requests that may wait for a slot beyond the free ones (then 503)")
       ->check(CLI::Range(0, 4096));
@@ -33,6 +36,15 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
   cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
+  // Against an explicit -c now (a usage error, exit 2); against the model's own context once
+  // it is loaded.
+  cmd->parse_complete_callback([o] {
+    const ContextOptions& c = o->mf.context;
+    if (c.n_ctx > 0 && c.n_ctx_per_seq > c.n_ctx)
+      throw CLI::ValidationError(
+          "--ctx-per-seq",
+          fmt::format("{} is more than the {} cells of the pool (-c)", c.n_ctx_per_seq, c.n_ctx));
+  });
   return [o] {
     if (!o->api_key_file.empty()) {
       std::string k = read_file_bytes(o->api_key_file);

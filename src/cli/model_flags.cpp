@@ -14,7 +14,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* m = cmd->add_option("-m,--model", f.model, "GGUF model file");
   if (model_required) m->required();
   cmd->add_option("-c,--ctx-size", f.context.n_ctx,
-                  "Context size in tokens (0: the model's, at most 4096)")
+                  "Context size in tokens: the KV pool's cells, shared by every sequence (0: the "
+                  "model's, at most 4096)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-b,--batch-size", f.context.n_batch, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 24));

@@ -45,10 +45,12 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, in
   if (max_queue < 0) throw UsageError("the queue bound must be 0 or more");
   if (!tok_) throw UsageError("the engine needs the model's tokenizer");
   opts.n_seq = n_slots;
+  // Finished sequences kept for reuse: a few per slot (their cells are what bounds them).
+  opts.n_seq_cached = std::min(4 * n_slots, 256);
   ctx_ = std::make_unique<ModelContext>(std::move(model), opts);
   slots_.resize(size_t(n_slots));
-  for (Slot& s : slots_) s.seq = std::make_unique<Sequence>(*ctx_);
   stats_.n_slots = n_slots;
+  update_kv_stats();
   if (const char* d = std::getenv("POLYSTACK_TEST_STEP_DELAY_MS"))
     step_delay_ = std::chrono::milliseconds(std::clamp(std::atoi(d), 0, 10000));
   thread_ = std::thread([this] { loop(); });
@@ -56,13 +58,15 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, in
 
 Engine::~Engine() {
   stop();
-  slots_.clear();  // the sequences before the context they live in
+  // The sequences before the context they live in.
+  slots_.clear();
+  cache_.clear();
 }
 
 std::shared_ptr<Stream> Engine::submit(CompletionRequest req) {
   if (req.prompt.empty()) throw UsageError("the prompt has no tokens");
   if (int64_t(req.prompt.size()) >= ctx_->n_ctx())
-    throw UsageError(fmt::format("the prompt has {} tokens but a slot holds only {} (-c)",
+    throw UsageError(fmt::format("the prompt has {} tokens but a sequence holds only {} (-c)",
                                  req.prompt.size(), ctx_->n_ctx()));
   auto stream = std::make_shared<Stream>();
   {
@@ -108,6 +112,21 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+void Engine::update_kv_stats() {
+  std::lock_guard<std::mutex> lock(m_);
+  update_kv_stats_locked();
+}
+
+void Engine::update_kv_stats_locked() {
+  const KvPool& pool = ctx_->kv_pool();
+  int64_t cached = 0;
+  for (const Kept& k : cache_) cached += pool.cells_of(k.seq->id());
+  stats_.kv_cells = pool.total_cells();
+  stats_.kv_cells_cached = cached;
+  stats_.kv_cells_running = pool.used_cells() - cached;
+  stats_.cached_sequences = int(cache_.size());
+}
+
 void Engine::stop() {
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -127,41 +146,126 @@ void Engine::stop() {
     if (s.busy) {
       s.stream->push(stopping);
       s.busy = false;
+      s.kept = Kept{};
     }
 }
 
-void Engine::start(Slot& s, Waiting w) {
+bool Engine::evict_one() {
+  if (cache_.empty()) return false;
+  auto oldest = std::min_element(cache_.begin(), cache_.end(), [](const Kept& a, const Kept& b) {
+    return a.last_used < b.last_used;
+  });
+  cache_.erase(oldest);  // the sequence's cells go back to the pool
+  return true;
+}
+
+bool Engine::reserve(Sequence& seq, int n) {
+  while (!ctx_->reserve(seq.id(), n))
+    if (!evict_one()) return false;
+  return true;
+}
+
+Engine::Kept Engine::take_sequence(const std::vector<int32_t>& p, size_t& reuse, bool& repeat) {
+  // The cached sequence sharing the longest prefix with the prompt (the most recent of equals),
+  // when the prompt continues it or half of the prompt is in it: taking a sequence over forgets
+  // the rest of its tokens, which its conversation's next turn would have reused, so a prompt
+  // that shares only a start (a BOS token) takes a sequence of its own.
+  size_t best = cache_.size(), best_common = 0;
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    const size_t c = common_prefix(cache_[i].seq->history(), p);
+    if (c == 0 || (c < cache_[i].seq->history().size() && 2 * c < p.size())) continue;
+    if (c > best_common ||
+        (c == best_common && best < cache_.size() && cache_[i].last_used > cache_[best].last_used))
+      best = i, best_common = c;
+  }
+  Kept k;
+  if (best < cache_.size()) {
+    k = std::move(cache_[best]);
+    cache_.erase(cache_.begin() + ptrdiff_t(best));
+  } else {
+    if (ctx_->live_sequences() >= ctx_->n_seq() && !evict_one()) return k;
+    k.seq = std::make_unique<Sequence>(*ctx_);
+  }
+  // Keep the common prefix (all but the last prompt token at most, whose logits are needed),
+  // where the sequence's ring caches still hold it.
+  size_t common = common_prefix(k.seq->history(), p);
+  repeat = common == p.size() && k.prompt_logits_at == p.size() && k.seq->rewind(int(common));
+  if (!repeat) {
+    common = std::min(common, p.size() - 1);
+    if (!k.seq->rewind(int(common))) {
+      common = 0;
+      k.seq->clear();
+    }
+    if (common < k.prompt_logits_at) k.prompt_logits_at = 0;
+  }
+  reuse = common;
+  return k;
+}
+
+void Engine::admit() {
+  while (!waiting_.empty()) {
+    if (waiting_.front().stream->cancelled()) {
+      waiting_.pop_front();
+      continue;
+    }
+    Slot* slot = nullptr;
+    bool any_busy = false;
+    for (Slot& s : slots_) {
+      if (!s.busy && !slot) slot = &s;
+      any_busy = any_busy || s.busy;
+    }
+    if (!slot) return;
+    const std::vector<int32_t>& p = waiting_.front().req.prompt;
+    size_t reuse = 0;
+    bool repeat = false;
+    Kept k = take_sequence(p, reuse, repeat);
+    // Cells for the whole prompt now, so its chunks never wait for cells.
+    if (k.seq && reserve(*k.seq, int(p.size()))) {
+      Waiting w = std::move(waiting_.front());
+      waiting_.pop_front();
+      stats_.cached_tokens += reuse;
+      start(*slot, std::move(k), reuse, repeat, std::move(w));
+      continue;
+    }
+    if (k.seq && !k.seq->history().empty()) {  // still worth keeping
+      k.last_used = std::chrono::steady_clock::now();
+      cache_.push_back(std::move(k));
+    }
+    if (any_busy) return;  // cells come back as running requests end
+    // Nothing runs and nothing cached is left to give up: the prompt can never have its cells.
+    Waiting w = std::move(waiting_.front());
+    waiting_.pop_front();
+    StreamEvent e;
+    e.done = true;
+    e.finish_reason = "error";
+    e.error = fmt::format("the prompt's {} tokens need more KV cells than the pool's {} (-c)",
+                          p.size(), ctx_->n_cells());
+    w.stream->push(std::move(e));
+  }
+}
+
+void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   s.busy = true;
+  s.kept = std::move(kept);
   s.req = std::move(w.req);
   s.stream = std::move(w.stream);
-  s.seq->set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
+  Sequence& seq = *s.kept.seq;
+  seq.set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
   s.text = std::make_unique<TextStream>(s.req.stop);
   s.generated = 0;
   s.decode_steps = 0;
   s.transfer_bytes = 0;
   s.transfer_seconds = 0;
   s.started = std::chrono::steady_clock::now();
-  // The prompt cache: keep the common prefix (all but the last prompt token at most, whose
-  // logits are needed), where the slot's ring caches still hold it.
-  const auto& p = s.req.prompt;
-  size_t common = common_prefix(s.seq->history(), p);
   s.pending = -1;
-  s.ready = false;
-  if (common == p.size() && s.prompt_logits_at == p.size() && s.seq->rewind(int(common))) {
-    s.logits = s.prompt_logits;
-    s.ready = true;
+  s.ready = repeat;
+  if (repeat) {
+    s.logits = s.kept.prompt_logits;
     s.first_logits = s.started;
-  } else {
-    common = std::min(common, p.size() - 1);
-    if (!s.seq->rewind(int(common))) {
-      common = 0;
-      s.seq->clear();
-    }
-    if (common < s.prompt_logits_at) s.prompt_logits_at = 0;
   }
-  s.prompt_done = common;
-  s.cached_tokens = int(common);
-  for (int32_t t : p) s.seq->sampler()->accept(t);
+  s.prompt_done = reuse;
+  s.cached_tokens = int(reuse);
+  for (int32_t t : s.req.prompt) seq.sampler()->accept(t);
 }
 
 void Engine::finish(Slot& s, const std::string& reason, const std::string& detail) {
@@ -186,20 +290,26 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& detai
   done.transfer_seconds = s.transfer_seconds;
   // The slot is free before the reader hears that the request is done.
   const std::shared_ptr<Stream> stream = s.stream;
-  release(s);
+  release(s, true);
   stream->push(std::move(done));
 }
 
-void Engine::release(Slot& s) {
+void Engine::release(Slot& s, bool keep) {
   std::lock_guard<std::mutex> lock(m_);
   s.busy = false;
   s.stream.reset();
-  s.last_used = std::chrono::steady_clock::now();
+  if (keep && s.kept.seq) {
+    s.kept.last_used = std::chrono::steady_clock::now();
+    cache_.push_back(std::move(s.kept));
+  }
+  s.kept = Kept{};
+  update_kv_stats_locked();
 }
 
 void Engine::sample(Slot& s) {
   s.ready = false;
-  Sampler& sampler = *s.seq->sampler();
+  Sequence& seq = *s.kept.seq;
+  Sampler& sampler = *seq.sampler();
   const int32_t id = sampler.sample(s.logits);
   sampler.accept(id);
   if (tok_->is_eog(id) && !s.req.ignore_eos) return finish(s, "stop", "end of text");
@@ -209,9 +319,12 @@ void Engine::sample(Slot& s) {
   e.text = s.text->add(tok_->token_to_piece(id, false));
   s.stream->push(std::move(e));
   if (s.text->stopped()) return finish(s, "stop", "stop string");
-  if (s.seq->position() >= ctx_->n_ctx()) return finish(s, "length", "context full");
+  if (seq.position() >= ctx_->n_ctx()) return finish(s, "length", "context full");
   if (s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens)
     return finish(s, "length", "token limit");
+  // The token's cells: a block more when it starts one, giving up cached sequences first.
+  if (!reserve(seq, seq.position() + 1))
+    return finish(s, "length", fmt::format("KV pool full ({} cells, -c)", ctx_->n_cells()));
   s.pending = id;
 }
 
@@ -221,7 +334,6 @@ void Engine::step() {
     if (!s.busy) continue;
     if (s.stream->cancelled()) {
       const std::shared_ptr<Stream> stream = s.stream;
-      release(s);
       StreamEvent e;
       e.done = true;
       e.finish_reason = "cancelled";
@@ -229,6 +341,7 @@ void Engine::step() {
       e.prompt_tokens = int(s.req.prompt.size());
       e.completion_tokens = s.generated;
       e.cached_tokens = s.cached_tokens;
+      release(s, false);  // its cells go back
       stream->push(std::move(e));
       continue;
     }
@@ -245,7 +358,7 @@ void Engine::step() {
   int budget = ctx_->n_batch();
   for (Slot& s : slots_)
     if (s.busy && s.pending >= 0) {
-      runs.push_back({s.seq.get(), std::span<const int32_t>(&s.pending, 1)});
+      runs.push_back({s.kept.seq.get(), std::span<const int32_t>(&s.pending, 1)});
       owners.push_back({&s, false});
       --budget;
     }
@@ -253,7 +366,7 @@ void Engine::step() {
     if (s.busy && !s.ready && s.pending < 0 && s.prompt_done < s.req.prompt.size() && budget > 0) {
       const size_t n = std::min(s.req.prompt.size() - s.prompt_done, size_t(budget));
       runs.push_back(
-          {s.seq.get(), std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
+          {s.kept.seq.get(), std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
       owners.push_back({&s, true});
       budget -= int(n);
     }
@@ -265,9 +378,7 @@ void Engine::step() {
   } catch (const std::exception& e) {
     for (const Run& o : owners) {
       const std::shared_ptr<Stream> stream = o.slot->stream;
-      o.slot->seq->clear();
-      o.slot->prompt_logits_at = 0;
-      release(*o.slot);
+      release(*o.slot, false);
       StreamEvent err;
       err.done = true;
       err.finish_reason = "error";
@@ -284,8 +395,8 @@ void Engine::step() {
       s.prompt_done += runs[i].tokens.size();
       prompt_tokens += runs[i].tokens.size();
       if (s.prompt_done < s.req.prompt.size()) continue;
-      s.prompt_logits = logits[i];
-      s.prompt_logits_at = s.seq->history().size();
+      s.kept.prompt_logits = logits[i];
+      s.kept.prompt_logits_at = s.kept.seq->history().size();
       s.first_logits = t1;
     } else {
       s.pending = -1;
@@ -312,29 +423,10 @@ void Engine::loop() {
         return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; });
       });
       if (stopping_) return;
-      // Waiting requests into free slots, in order: each to the idle slot sharing the longest
-      // prefix with its prompt (then the one idle longest).
-      while (!waiting_.empty()) {
-        Slot* best = nullptr;
-        size_t best_common = 0;
-        const auto& p = waiting_.front().req.prompt;
-        for (Slot& s : slots_) {
-          if (s.busy) continue;
-          const size_t c = common_prefix(s.seq->history(), p);
-          if (!best || c > best_common || (c == best_common && s.last_used < best->last_used)) {
-            best = &s;
-            best_common = c;
-          }
-        }
-        if (!best) break;
-        Waiting w = std::move(waiting_.front());
-        waiting_.pop_front();
-        if (w.stream->cancelled()) continue;
-        start(*best, std::move(w));
-        stats_.cached_tokens += uint64_t(best->cached_tokens);
-      }
+      admit();
     }
     step();
+    update_kv_stats();
     if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   }
 }

@@ -1,13 +1,18 @@
 #pragma once
 // The engine every front end drives (`run`, `serve`): it owns a ModelContext and one thread that
-// serves requests from a bounded queue in slots, each slot a Sequence of the context. Each step
-// is one forward pass over every busy slot: the next token of each generating slot and chunks of
-// waiting prompts (up to -b tokens in all), so the weights are read once for all of them (one
-// pass per slot where a device lacks batched attention). Front ends submit a request and read
-// its events from a Stream (text pieces with their token ids, then one final event with usage,
-// timings and the stop reason), and can cancel it: a cancelled request leaves its slot within
-// one step. A new request takes the idle slot whose cached tokens share the longest prefix with
-// its prompt and evaluates only the rest.
+// serves requests from a bounded queue in slots, each busy slot a Sequence of the context with
+// KV cells from its one pool. Each step is one forward pass over every busy slot: the next token
+// of each generating slot and chunks of prompts (up to -b tokens in all), so the weights are read
+// once for all of them (one pass per slot where a device lacks batched attention). Front ends
+// submit a request and read its events from a Stream (text pieces with their token ids, then one
+// final event with usage, timings and the stop reason), and can cancel it: a cancelled request
+// leaves its slot and returns its cells within one step.
+//
+// Cells: a request starts when a slot is free and the pool can give its whole prompt cells;
+// until then it waits in the queue. A generating sequence takes a block more as it grows; when
+// none is left it stops with "length". A finished request's sequence stays cached with its cells
+// (least recently used given up first when cells or sequence ids run short), so a request whose
+// prompt repeats a cached one's tokens evaluates only the rest, whichever slot takes it.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -73,15 +78,19 @@ class Stream {
 };
 
 struct EngineStats {
-  uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0, cached_tokens = 0;
-  double busy_seconds = 0;  // time the engine spent on forward passes
+  uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0;
+  uint64_t cached_tokens = 0;  // prompt tokens taken from cached sequences instead of evaluated
+  double busy_seconds = 0;     // time the engine spent on forward passes
   int queue_length = 0, busy_slots = 0, n_slots = 0;
+  // The KV pool: all cells, those of running sequences and those of cached ones.
+  int64_t kv_cells = 0, kv_cells_running = 0, kv_cells_cached = 0;
+  int cached_sequences = 0;
 };
 
 class Engine {
  public:
-  // n_slots sequences of n_ctx positions each (opts.n_seq is set to n_slots); at most
-  // max_queue requests wait for a slot.
+  // n_slots sequences at once (opts.n_seq is set to n_slots, opts.n_seq_cached to the sequences
+  // kept for reuse beside them); at most max_queue requests wait for a slot.
   Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, int n_slots, int max_queue);
   ~Engine();
   const ModelContext& context() const { return *ctx_; }
@@ -96,14 +105,20 @@ class Engine {
   void stop();
 
  private:
-  struct Slot {
-    std::unique_ptr<Sequence> seq;  // its history: the tokens its cells hold
-    bool busy = false;
-    // The logits after the last prompt's final token, valid for history[0, prompt_logits_at):
-    // a prompt repeated exactly starts from them, so its answer does not depend on the cache
-    // (evaluating only its last token again would round differently from the whole batch).
+  // A sequence with what a later request can reuse of it: its history (the tokens its cells
+  // hold) and the logits after its last prompt's final token, valid for history[0,
+  // prompt_logits_at): a prompt repeated exactly starts from them, so its answer does not depend
+  // on the cache (evaluating only its last token again would round differently from the whole
+  // batch).
+  struct Kept {
+    std::unique_ptr<Sequence> seq;
     std::vector<float> prompt_logits;
     size_t prompt_logits_at = 0;
+    std::chrono::steady_clock::time_point last_used;
+  };
+  struct Slot {
+    Kept kept;  // the sequence while busy
+    bool busy = false;
     // The request in the slot.
     CompletionRequest req;
     std::shared_ptr<Stream> stream;
@@ -117,7 +132,6 @@ class Engine {
     int decode_steps = 0;
     size_t transfer_bytes = 0;
     double transfer_seconds = 0;
-    std::chrono::steady_clock::time_point last_used;
   };
   struct Waiting {
     CompletionRequest req;
@@ -125,14 +139,28 @@ class Engine {
     std::chrono::steady_clock::time_point submitted;
   };
   void loop();
-  void start(Slot& s, Waiting w);
+  // Moves waiting requests into free slots while the pool has cells for their prompts (under
+  // the lock).
+  void admit();
+  // The sequence for a prompt: the cached one sharing its longest prefix, else a new one;
+  // rewound to what it can reuse. Null when no sequence id is free.
+  Kept take_sequence(const std::vector<int32_t>& prompt, size_t& reuse, bool& repeat);
+  // Gives up the least recently used cached sequence and its cells; false when none is cached.
+  bool evict_one();
+  // Makes sure seq has cells for n positions, giving up cached sequences as needed.
+  bool reserve(Sequence& seq, int n);
+  void start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w);
   // One forward pass over every busy slot (Sequence::eval_batch).
   void step();
   // Picks the slot's next token from its logits: sent out, or the request finishes.
   void sample(Slot& s);
   void finish(Slot& s, const std::string& reason, const std::string& detail);
-  // The slot is free again (under the lock: submit() and stats() read it).
-  void release(Slot& s);
+  // The slot is free again (under the lock: submit() and stats() read it); its sequence is
+  // cached (keep) or dropped with its cells.
+  void release(Slot& s, bool keep);
+  // The pool's figures for stats(), taken on the engine thread (_locked: m_ held).
+  void update_kv_stats();
+  void update_kv_stats_locked();
 
   std::unique_ptr<ModelContext> ctx_;
   const Tokenizer* tok_;
@@ -144,6 +172,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Waiting> waiting_;
   std::vector<Slot> slots_;
+  std::vector<Kept> cache_;  // idle sequences, in no order
   bool stopping_ = false;
   EngineStats stats_;
   std::thread thread_;

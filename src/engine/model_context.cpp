@@ -10,6 +10,7 @@
 #include "backend/registry.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "graph/ops.h"
 
 namespace ps {
 
@@ -66,17 +67,47 @@ PlacementDevice placement_device(const DeviceInfo& d) {
 
 ContextShape resolve_shape(const ModelParams& p, const ContextOptions& opts) {
   if (opts.n_ctx < 0) throw UsageError(fmt::format("context size {} is negative", opts.n_ctx));
+  if (opts.n_ctx_per_seq < 0)
+    throw UsageError(fmt::format("--ctx-per-seq {} is negative", opts.n_ctx_per_seq));
   if (opts.n_batch <= 0)
     throw UsageError(fmt::format("batch size {} must be positive", opts.n_batch));
   if (opts.n_seq <= 0 || opts.n_seq > 1024)
     throw UsageError(fmt::format("{} sequences: 1 to 1024 are possible", opts.n_seq));
+  if (opts.n_seq_cached < 0 || opts.n_seq_cached > 4096)
+    throw UsageError(fmt::format("{} cached sequences: 0 to 4096 are possible", opts.n_seq_cached));
   ContextShape s;
-  s.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
-  if (s.n_ctx > (1 << 20)) throw UsageError(fmt::format("context size {} is too large", s.n_ctx));
-  if (s.n_ctx < 1) throw ModelError(fmt::format("context size {} is not positive", s.n_ctx));
+  s.n_cells = opts.n_ctx > 0 ? opts.n_ctx : int(std::min<int64_t>(p.n_ctx_train, 4096));
+  if (s.n_cells > (1 << 20))
+    throw UsageError(fmt::format("context size {} is too large", s.n_cells));
+  if (s.n_cells < 1) throw ModelError(fmt::format("context size {} is not positive", s.n_cells));
+  s.n_ctx = opts.n_ctx_per_seq > 0 ? opts.n_ctx_per_seq : s.n_cells;
+  if (s.n_ctx > s.n_cells)
+    throw UsageError(fmt::format("--ctx-per-seq {} is more than the {} cells of the pool (-c)",
+                                 s.n_ctx, s.n_cells));
   s.n_batch = opts.n_batch;
   s.n_seq = opts.n_seq;
+  s.n_seq_cached = opts.n_seq_cached;
   return s;
+}
+
+KvGroups kv_groups(const ModelParams& p, const ContextShape& shape) {
+  const int64_t pool_blocks = (int64_t(shape.n_cells) + kKvBlock - 1) / kKvBlock;
+  KvGroups out;
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    const int64_t slots = kv_slots(p, l, shape.n_ctx, shape.n_batch);
+    size_t g = 0;
+    while (g < out.groups.size() && out.groups[g].slots != slots) ++g;
+    if (g == out.groups.size()) {
+      // Every position's group takes the whole pool; a ring's, no more than the rings of the
+      // sequences that run at once need (idle ones give theirs up when they are short).
+      const int64_t ring_blocks = (slots + kKvBlock - 1) / kKvBlock;
+      out.groups.push_back({slots, slots >= shape.n_ctx
+                                       ? pool_blocks
+                                       : std::min(pool_blocks, shape.n_seq * ring_blocks)});
+    }
+    out.layer_group.push_back(int(g));
+  }
+  return out;
 }
 
 OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts) {
@@ -125,8 +156,7 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
 PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
                           const std::vector<Device*>& devices, const ContextOptions& opts) {
   uint64_t compute = 0;
-  const std::vector<UnitCost> units =
-      model_unit_costs(model, shape.n_ctx, shape.n_batch, *devices.back(), compute, shape.n_seq);
+  const std::vector<UnitCost> units = model_unit_costs(model, shape, *devices.back(), compute);
   std::vector<PlacementDevice> pdevs;
   for (const Device* d : devices) pdevs.push_back(placement_device(d->info()));
   LayerRequest req;
@@ -143,6 +173,7 @@ ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const Conte
     : model_(std::move(model)) {
   const ContextShape shape = resolve_shape(model_->model->params(), opts);
   n_ctx_ = shape.n_ctx;
+  n_cells_ = shape.n_cells;
   n_batch_ = shape.n_batch;
   OpenedDevices opened = open_devices(*model_, opts);
   choice_ = std::move(opened.choice);
@@ -152,42 +183,50 @@ ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const Conte
   for (const auto& d : devices_) devices.push_back(d.get());
   plan_ = plan_layers(*model_, shape, devices, opts);
   scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
-  allocate_kv(opts);
+  allocate_kv(shape);
   upload_weights();
 }
 
-void ModelContext::allocate_kv(const ContextOptions& opts) {
+void ModelContext::allocate_kv(const ContextShape& shape) {
   const ModelParams& p = model_->model->params();
-  // Sliding-window layers keep a ring of their window plus one batch (kv_slots).
-  n_past_.assign(size_t(opts.n_seq), 0);
-  live_.assign(size_t(opts.n_seq), false);
+  kv_groups_ = kv_groups(p, shape);
+  const int ids = shape.n_seq + shape.n_seq_cached;
+  pool_ = std::make_unique<KvPool>(kv_groups_.groups, kKvBlock, ids);
+  n_past_.assign(size_t(ids), 0);
+  live_.assign(size_t(ids), false);
+  const size_t row = size_t(p.head_dim * p.n_head_kv) * 2;  // F16
   for (int64_t l = 0; l < p.n_layer; ++l) {
     Device& dev = *devices_[size_t(plan_.unit_device[size_t(l + 1)])];
-    const size_t plane = kv_plane_bytes(p, l, n_ctx_, n_batch_);
-    k_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
-    v_cache_.push_back(dev.alloc(plane * size_t(opts.n_seq)));
+    const KvPool::Group& g = pool_->group(kv_groups_.layer_group[size_t(l)]);
+    const size_t bytes = row * size_t(g.n_blocks * kKvBlock);
+    k_cache_.push_back(dev.alloc(bytes));
+    v_cache_.push_back(dev.alloc(bytes));
   }
   // Tokens of several sequences go through one forward pass where every device that runs a
-  // layer has attention over per-token positions; elsewhere one pass per sequence.
+  // layer has paged attention; elsewhere one pass per sequence.
   batched_ = true;
   Graph probe;
-  const int64_t slots = kv_slots(p, 0, n_ctx_, n_batch_);
+  std::vector<int32_t> info = {1, int32_t(kKvBlock), 0, 4, 0};
   Tensor* q = probe.leaf("q", DType::F32, {p.head_dim, p.n_head, 1, 1});
-  Tensor* kc = probe.leaf("k", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
-  Tensor* vc = probe.leaf("v", DType::F16, {p.head_dim, p.n_head_kv, slots, opts.n_seq});
-  Tensor* info = probe.leaf("info", DType::I32, {2, 1, 1, 1});
-  Tensor* att = probe.attention_tokens(q, kc, vc, info, 1.0f);
+  Tensor* kc = probe.leaf("k", DType::F16, {p.head_dim, p.n_head_kv, kKvBlock, 1});
+  Tensor* vc = probe.leaf("v", DType::F16, {p.head_dim, p.n_head_kv, kKvBlock, 1});
+  Tensor* it = probe.leaf("info", DType::I32, {5, 1, 1, 1}, info.data());
+  Tensor* att = probe.attention_paged(q, kc, vc, it, 1.0f);
   for (size_t d = 0; d < devices_.size(); ++d)
     if (plan_.need[d] > 0 && !devices_[d]->supports(*att)) batched_ = false;
 }
 
 void ModelContext::upload_weights() {
+  // A pass's graph for one token of sequence 0, placed but not run.
+  if (!pool_->reserve(0, 1)) throw BackendError("the KV pool has no block for one token");
   const int32_t first = 0;
+  const SeqTokens run{0, std::span<const int32_t>(&first, 1)};
+  PassData data;
   Graph g;
-  std::vector<int32_t> pos;
-  build(g, 0, std::span<const int32_t>(&first, 1), pos, false, 0);
+  build_pass(g, std::span<const SeqTokens>(&run, 1), false, data);
   scheduler_->upload_constants(g);
   plan_.fallbacks = scheduler_->report().fallbacks;
+  pool_->release(0);
 }
 
 int ModelContext::acquire_sequence() {
@@ -199,7 +238,21 @@ int ModelContext::acquire_sequence() {
   return -1;
 }
 
-void ModelContext::release_sequence(int seq) { live_.at(size_t(seq)) = false; }
+void ModelContext::release_sequence(int seq) {
+  live_.at(size_t(seq)) = false;
+  reset(seq);
+}
+
+void ModelContext::reset(int seq) {
+  n_past_.at(size_t(seq)) = 0;
+  pool_->release(seq);
+}
+
+bool ModelContext::reserve(int seq, int n_positions) {
+  if (seq < 0 || seq >= n_seq())
+    throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", seq, n_seq()));
+  return pool_->reserve(seq, n_positions);
+}
 
 int ModelContext::live_sequences() const {
   return int(std::count(live_.begin(), live_.end(), true));
@@ -233,113 +286,110 @@ bool ModelContext::rewind(int seq, int n) {
     if (n > 0 && n - window + 1 < past - slots) return false;
   }
   past = n;
+  pool_->shrink(seq, n);
   return true;
+}
+
+void ModelContext::prepare(std::span<const SeqTokens> runs) {
+  const int64_t n_vocab = model_->model->params().n_vocab;
+  std::vector<bool> seen(size_t(n_seq()), false);
+  for (const SeqTokens& r : runs) {
+    if (r.seq < 0 || r.seq >= n_seq())
+      throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", r.seq, n_seq()));
+    if (seen[size_t(r.seq)])
+      throw UsageError(fmt::format("sequence {} appears twice in one batch", r.seq));
+    seen[size_t(r.seq)] = true;
+    if (r.tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
+    const int n_past = n_past_[size_t(r.seq)];
+    if (n_past + int64_t(r.tokens.size()) > n_ctx_)
+      throw UsageError(
+          fmt::format("{} tokens do not fit in the context: {} of {} positions are used (raise -c)",
+                      r.tokens.size(), n_past, n_ctx_));
+    for (int32_t t : r.tokens)
+      if (t < 0 || t >= n_vocab)
+        throw UsageError(
+            fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  }
+  for (const SeqTokens& r : runs)
+    if (!pool_->reserve(r.seq, n_past_[size_t(r.seq)] + int64_t(r.tokens.size())))
+      throw UsageError(fmt::format(
+          "the KV pool is full: {} more tokens of sequence {} need cells, and {} of the {} cells "
+          "are taken (raise -c)",
+          r.tokens.size(), r.seq, pool_->used_cells(), pool_->total_cells()));
 }
 
 std::vector<float> ModelContext::eval(std::span<const int32_t> tokens, bool all_logits, int seq) {
   if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
-  if (seq < 0 || seq >= n_seq())
-    throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", seq, n_seq()));
-  const int n_past = n_past_[size_t(seq)];
-  if (n_past + int64_t(tokens.size()) > n_ctx_)
-    throw UsageError(
-        fmt::format("{} tokens do not fit in the context: {} of {} positions are "
-                    "used (raise -c)",
-                    tokens.size(), n_past, n_ctx_));
-  const int64_t n_vocab = model_->model->params().n_vocab;
-  for (int32_t t : tokens)
-    if (t < 0 || t >= n_vocab)
-      throw UsageError(
-          fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  const SeqTokens whole{seq, tokens};
+  prepare(std::span<const SeqTokens>(&whole, 1));
   std::vector<float> out;
-  if (all_logits) out.reserve(tokens.size() * size_t(n_vocab));
   for (size_t i = 0; i < tokens.size(); i += size_t(n_batch_)) {
     const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
-    const bool last = i + n == tokens.size();
-    if (all_logits || last)
-      forward(seq, tokens.subspan(i, n), all_logits, out);
-    else {
-      std::vector<float> discard;
-      forward(seq, tokens.subspan(i, n), false, discard);
-    }
+    const SeqTokens run{seq, tokens.subspan(i, n)};
+    std::vector<float> got = forward(std::span<const SeqTokens>(&run, 1), all_logits);
+    if (all_logits)
+      out.insert(out.end(), got.begin(), got.end());
+    else if (i + n == tokens.size())
+      out = std::move(got);
   }
+  return out;
+}
+
+std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqTokens> runs) {
+  if (runs.empty()) return {};
+  prepare(runs);
+  size_t total = 0;
+  for (const SeqTokens& r : runs) total += r.tokens.size();
+  std::vector<std::vector<float>> out;
+  if (!batched_ || runs.size() == 1 || total > size_t(n_batch_)) {
+    for (const SeqTokens& r : runs) out.push_back(eval(r.tokens, false, r.seq));
+    return out;
+  }
+  const std::vector<float> all = forward(runs, false);
+  const size_t n_vocab = size_t(model_->model->params().n_vocab);
+  for (size_t i = 0; i < runs.size(); ++i)
+    out.emplace_back(all.begin() + ptrdiff_t(i * n_vocab),
+                     all.begin() + ptrdiff_t((i + 1) * n_vocab));
   return out;
 }
 
 namespace {
 
-// Where the forward graph's caches are: per layer one buffer of n_planes planes (empty: none,
-// a graph to measure, not to run), and the plane the graph sees (-1: all of them).
-struct CacheView {
-  const std::vector<std::unique_ptr<Buffer>>* k = nullptr;
-  const std::vector<std::unique_ptr<Buffer>>* v = nullptr;
-  int n_planes = 1;
-  int plane = 0;
-};
-
-// The forward graph of `tokens` at positions n_past.. (written to pos, which the graph reads).
-// With `runs`, the tokens are several sequences' (ForwardInputs::seqs) and `info` and `rows`
-// receive the per-token positions and planes and the rows whose logits come out.
-Tensor* build_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> tokens,
-                      std::vector<int32_t>& pos, bool all_logits, int n_past, int n_ctx,
-                      int n_batch, const CacheView& cache,
-                      const std::vector<ForwardInputs::SeqRun>& runs = {},
-                      std::vector<int32_t>* info = nullptr, std::vector<int32_t>* rows = nullptr) {
+// The forward graph of `tokens` at positions n_past.. (written to pos, which the graph reads),
+// over caches that are only shapes: a graph to measure, not to run.
+Tensor* measure_forward(const LoadedModel& m, Graph& g, std::span<const int32_t> tokens,
+                        std::vector<int32_t>& pos, int n_past, int n_ctx, int n_batch) {
   const ModelParams& p = m.model->params();
   const int32_t T = int32_t(tokens.size());
   pos.resize(tokens.size());
+  for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past + i;
   ForwardInputs in;
-  if (runs.empty()) {
-    for (int32_t i = 0; i < T; ++i) pos[size_t(i)] = n_past + i;
-  } else {
-    info->assign(size_t(2 * T), 0);
-    rows->clear();
-    for (const auto& r : runs) {
-      for (int32_t i = 0; i < r.n_tokens; ++i) {
-        const size_t t = size_t(r.first_token + i);
-        pos[t] = r.n_past + i;
-        (*info)[2 * t] = r.n_past + i;
-        (*info)[2 * t + 1] = r.plane;
-      }
-      rows->push_back(r.first_token + r.n_tokens - 1);
-    }
-    in.seqs = runs;
-    in.token_info = g.leaf("token_info", DType::I32, {2, T, 1, 1}, info->data());
-    in.out_rows = g.leaf("out_rows", DType::I32, {int64_t(rows->size()), 1, 1, 1}, rows->data());
-  }
   in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, const_cast<int32_t*>(tokens.data()));
   in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, pos.data());
   in.n_past = n_past;
   in.n_tokens = T;
   in.n_ctx = n_ctx;
-  in.all_logits = all_logits;
-  const int64_t planes = cache.plane < 0 ? cache.n_planes : 1;
   for (int64_t l = 0; l < p.n_layer; ++l) {
     const int64_t slots = kv_slots(p, l, n_ctx, n_batch);
-    const size_t plane_bytes = kv_plane_bytes(p, l, n_ctx, n_batch);
-    const auto at = [&](const std::vector<std::unique_ptr<Buffer>>* b) -> void* {
-      if (!b) return nullptr;
-      return static_cast<char*>((*b)[size_t(l)]->address()) +
-             size_t(std::max(cache.plane, 0)) * plane_bytes;
-    };
-    in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, slots, planes}, at(cache.k)));
-    in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, slots, planes}, at(cache.v)));
+    in.k_cache.push_back(
+        g.leaf(fmt::format("cache_k.{}", l), DType::F16, {p.head_dim, p.n_head_kv, slots, 1}));
+    in.v_cache.push_back(
+        g.leaf(fmt::format("cache_v.{}", l), DType::F16, {p.head_dim, p.n_head_kv, slots, 1}));
   }
   return m.model->build_graph(g, in);
 }
 
 }  // namespace
 
-std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
-                                       uint64_t& compute, int n_seq) {
+std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape& shape, Device& cpu,
+                                       uint64_t& compute) {
   const ModelParams& p = m.model->params();
-  const int T = std::min(n_batch, n_ctx);
+  const int n_ctx = shape.n_ctx;
+  const int T = std::min(shape.n_batch, n_ctx);
   const std::vector<int32_t> tokens(size_t(T), 0);
   Graph g;
   std::vector<int32_t> pos;
-  Tensor* logits = build_forward(m, g, tokens, pos, false, n_ctx - T, n_ctx, n_batch, {});
+  Tensor* logits = measure_forward(m, g, tokens, pos, n_ctx - T, n_ctx, shape.n_batch);
   const int n_units = int(p.n_layer) + 2;
   std::vector<UnitCost> units(static_cast<size_t>(n_units));
   // Each weight counts for every unit whose nodes read it (a view for the tensor it views).
@@ -355,9 +405,13 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
       units[size_t(u)].weights += w->n_bytes();
       if (u == 0 && read[size_t(n_units - 1)].count(w)) units[0].shared_with_output += w->n_bytes();
     }
+  // K and V: each layer's group's cells of the pool.
+  const KvGroups groups = kv_groups(p, shape);
+  const uint64_t row = uint64_t(p.head_dim * p.n_head_kv) * 2;
   for (int64_t l = 0; l < p.n_layer; ++l)
     units[size_t(l + 1)].kv =
-        uint64_t(n_seq) * 2 * kv_plane_bytes(p, l, n_ctx, n_batch);  // K and V
+        2 * row *
+        uint64_t(groups.groups[size_t(groups.layer_group[size_t(l)])].n_blocks * kKvBlock);
   // The compute buffer: the peak of the intermediate tensors of a prompt batch at the end of
   // the context, as the scheduler would plan it (the same on every device).
   Scheduler probe({&cpu}, false);
@@ -365,73 +419,90 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_ba
   return units;
 }
 
-Tensor* ModelContext::build(Graph& g, int seq, std::span<const int32_t> tokens,
-                            std::vector<int32_t>& pos, bool all_logits, int n_past) const {
-  return build_forward(*model_, g, tokens, pos, all_logits, n_past, n_ctx_, n_batch_,
-                       {&k_cache_, &v_cache_, n_seq(), seq});
+Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits,
+                                 PassData& d) const {
+  const ModelParams& p = model_->model->params();
+  d.tokens.clear();
+  d.pos.clear();
+  d.rows.clear();
+  for (const SeqTokens& r : runs) {
+    const int n_past = n_past_[size_t(r.seq)];
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      d.tokens.push_back(r.tokens[i]);
+      d.pos.push_back(n_past + int32_t(i));
+    }
+    d.rows.push_back(int32_t(d.tokens.size() - 1));
+  }
+  const int32_t T = int32_t(d.tokens.size());
+  // Per group: the header, each token's (position, table), the runs' block tables; and where
+  // each run's keys and values go, in pieces of consecutive cells.
+  const int n_groups = pool_->n_groups();
+  d.info.assign(size_t(n_groups), {});
+  d.layouts.assign(size_t(n_groups), {});
+  for (int gi = 0; gi < n_groups; ++gi) {
+    const int64_t slots = pool_->group(gi).slots, block = pool_->block();
+    std::vector<int32_t>& info = d.info[size_t(gi)];
+    info.assign(size_t(kPagedHeader + 2 * T), 0);
+    info[0] = int32_t(slots);
+    info[1] = int32_t(block);
+    ForwardInputs::KvLayout& L = d.layouts[size_t(gi)];
+    int32_t first = 0;
+    for (const SeqTokens& r : runs) {
+      const std::vector<int32_t>& table = pool_->table(r.seq, gi);
+      const int32_t at = int32_t(info.size());
+      info.insert(info.end(), table.begin(), table.end());
+      const int64_t n_past = n_past_[size_t(r.seq)], end = n_past + int64_t(r.tokens.size());
+      for (int64_t j = n_past; j < end;) {
+        const int64_t slot = j % slots;
+        const int64_t stop = std::min({end, j + slots - slot, j + block - slot % block});
+        L.writes.push_back({first + int32_t(j - n_past), int32_t(stop - j),
+                            int64_t(table.at(size_t(slot / block))) * block + slot % block});
+        j = stop;
+      }
+      for (size_t i = 0; i < r.tokens.size(); ++i) {
+        const size_t t = size_t(first) + i;
+        info[size_t(kPagedHeader) + 2 * t] = int32_t(n_past) + int32_t(i);
+        info[size_t(kPagedHeader) + 2 * t + 1] = at;
+      }
+      first += int32_t(r.tokens.size());
+    }
+  }
+  ForwardInputs in;
+  in.tokens = g.leaf("tokens", DType::I32, {T, 1, 1, 1}, d.tokens.data());
+  in.positions = g.leaf("positions", DType::I32, {T, 1, 1, 1}, d.pos.data());
+  in.n_past = 0;
+  in.n_tokens = T;
+  in.n_ctx = n_ctx_;
+  in.all_logits = all_logits;
+  if (runs.size() > 1)
+    in.out_rows = g.leaf("out_rows", DType::I32, {int64_t(d.rows.size()), 1, 1, 1}, d.rows.data());
+  for (int gi = 0; gi < n_groups; ++gi)
+    d.layouts[size_t(gi)].token_info =
+        g.leaf(fmt::format("kv_info.{}", gi), DType::I32,
+               {int64_t(d.info[size_t(gi)].size()), 1, 1, 1}, d.info[size_t(gi)].data());
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    const int gi = kv_groups_.layer_group[size_t(l)];
+    const int64_t cells = pool_->group(gi).n_blocks * pool_->block();
+    in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
+                                {p.head_dim, p.n_head_kv, cells, 1},
+                                k_cache_[size_t(l)]->address()));
+    in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
+                                {p.head_dim, p.n_head_kv, cells, 1},
+                                v_cache_[size_t(l)]->address()));
+    in.kv_layout.push_back(&d.layouts[size_t(gi)]);
+  }
+  return model_->model->build_graph(g, in);
 }
 
-std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqTokens> runs) {
-  if (runs.empty()) return {};
-  const int64_t n_vocab = model_->model->params().n_vocab;
-  std::vector<bool> seen(size_t(n_seq()), false);
-  size_t total = 0;
-  for (const SeqTokens& r : runs) {
-    if (r.seq < 0 || r.seq >= n_seq())
-      throw UsageError(fmt::format("sequence {} does not exist ({} sequences)", r.seq, n_seq()));
-    if (seen[size_t(r.seq)])
-      throw UsageError(fmt::format("sequence {} appears twice in one batch", r.seq));
-    seen[size_t(r.seq)] = true;
-    if (r.tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
-    if (n_past_[size_t(r.seq)] + int64_t(r.tokens.size()) > n_ctx_)
-      throw UsageError(
-          fmt::format("{} tokens do not fit in sequence {}'s context: {} of {} "
-                      "positions are used",
-                      r.tokens.size(), r.seq, n_past_[size_t(r.seq)], n_ctx_));
-    for (int32_t t : r.tokens)
-      if (t < 0 || t >= n_vocab)
-        throw UsageError(
-            fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
-    total += r.tokens.size();
-  }
-  std::vector<std::vector<float>> out;
-  if (!batched_ || runs.size() == 1 || total > size_t(n_batch_)) {
-    for (const SeqTokens& r : runs) out.push_back(eval(r.tokens, false, r.seq));
-    return out;
-  }
-  std::vector<int32_t> tokens;
-  std::vector<ForwardInputs::SeqRun> seqs;
-  for (const SeqTokens& r : runs) {
-    seqs.push_back(
-        {int32_t(tokens.size()), int32_t(r.tokens.size()), n_past_[size_t(r.seq)], r.seq});
-    tokens.insert(tokens.end(), r.tokens.begin(), r.tokens.end());
-  }
+std::vector<float> ModelContext::forward(std::span<const SeqTokens> runs, bool all_logits) {
+  PassData d;
   Graph g;
-  std::vector<int32_t> pos, info, rows;
-  Tensor* logits = build_forward(*model_, g, tokens, pos, false, 0, n_ctx_, n_batch_,
-                                 {&k_cache_, &v_cache_, n_seq(), -1}, seqs, &info, &rows);
+  Tensor* logits = build_pass(g, runs, all_logits, d);
   scheduler_->run(g, {logits});
-  std::vector<float> all(size_t(logits->n_elements()));
-  scheduler_->read(*logits, all.data());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    out.emplace_back(all.begin() + ptrdiff_t(i * size_t(n_vocab)),
-                     all.begin() + ptrdiff_t((i + 1) * size_t(n_vocab)));
-    n_past_[size_t(runs[i].seq)] += int(runs[i].tokens.size());
-  }
+  std::vector<float> out(size_t(logits->n_elements()));
+  scheduler_->read(*logits, out.data());
+  for (const SeqTokens& r : runs) n_past_[size_t(r.seq)] += int(r.tokens.size());
   return out;
-}
-
-void ModelContext::forward(int seq, std::span<const int32_t> tokens, bool all_logits,
-                           std::vector<float>& out) {
-  Graph g;
-  std::vector<int32_t> pos;
-  Tensor* logits = build(g, seq, tokens, pos, all_logits, n_past_[size_t(seq)]);
-  scheduler_->run(g, {logits});
-  const size_t n = size_t(logits->n_elements());
-  const size_t at = out.size();
-  out.resize(at + n);
-  scheduler_->read(*logits, out.data() + at);
-  n_past_[size_t(seq)] += int(tokens.size());
 }
 
 }  // namespace ps

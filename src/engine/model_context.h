@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_choice.h"
+#include "engine/kv_pool.h"
 #include "model/model.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
@@ -32,9 +33,12 @@ struct LoadedModel {
 };
 
 struct ContextOptions {
-  int n_ctx = 0;       // 0: the model's training context, capped at 4096
-  int n_batch = 512;   // prompt tokens per forward pass
-  int n_threads = 0;   // 0: physical cores
+  // The KV pool's cells, shared by every sequence (-c, as llama.cpp's unified cache); 0: the
+  // model's training context, capped at 4096.
+  int n_ctx = 0;
+  int n_ctx_per_seq = 0;  // the most positions one sequence may use (--ctx-per-seq); 0: n_ctx
+  int n_batch = 512;      // prompt tokens per forward pass
+  int n_threads = 0;      // 0: physical cores
   std::string device;  // a device spec (backend/physical_device.h); "" : POLYSTACK_DEVICE or auto
   bool strict = false;
   bool self_check = true;  // false: trust a GPU without its self-check (--no-self-check)
@@ -53,17 +57,31 @@ struct ContextOptions {
   // --deterministic: a sequence's tokens computed the same way whatever else shares its batch
   // (DeviceOptions::batch_invariant), so a greedy answer does not depend on other requests.
   bool deterministic = false;
-  // Sequences that can be live at once (a server's slots): each its own KV cells of n_ctx
-  // positions and its own position, over the one copy of the weights.
+  // Sequences that run at once (a server's slots), each with its own position and KV cells from
+  // the pool, over the one copy of the weights; and sequences kept beside them, idle, whose
+  // cells a later request may reuse (a server's prompt cache).
   int n_seq = 1;
+  int n_seq_cached = 0;
 };
 
 // The first step: the options checked and the context's shape resolved (n_ctx 0 becomes the
 // model's training context, capped at 4096). UsageError naming the bad value.
 struct ContextShape {
-  int n_ctx = 0, n_batch = 0, n_seq = 0;
+  int n_ctx = 0;    // positions per sequence
+  int n_cells = 0;  // the pool's cells
+  int n_batch = 0, n_seq = 0, n_seq_cached = 0;
 };
 ContextShape resolve_shape(const ModelParams& p, const ContextOptions& opts);
+
+// Cells of the KV pool are given out in blocks of this many.
+inline constexpr int64_t kKvBlock = 64;
+// The pool's groups of layers (engine/kv_pool.h): layers whose sequences hold the same slots (every
+// position, or a sliding window's ring) share one; per layer, its group.
+struct KvGroups {
+  std::vector<KvPool::Group> groups;
+  std::vector<int> layer_group;
+};
+KvGroups kv_groups(const ModelParams& p, const ContextShape& shape);
 
 // The second: which device and why (the self-checks run here), and the devices opened: the
 // GPUs in id order (the chosen one, or every GPU that passed with --split-mode layer), the CPU
@@ -79,11 +97,11 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
 // (each gets self-check cases; the one holding most bytes is timed).
 ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptions& opts);
 
-// What each unit of the model ([input, layers, output]) costs at a context of n_ctx tokens
-// and prompt batches of n_batch, and (compute) the intermediate tensors a device needs to run
-// a batch at the end of the context, measured by planning the graph on the CPU device.
-std::vector<UnitCost> model_unit_costs(const LoadedModel& m, int n_ctx, int n_batch, Device& cpu,
-                                       uint64_t& compute, int n_seq = 1);
+// What each unit of the model ([input, layers, output]) costs with the KV pool of `shape`, and
+// (compute) the intermediate tensors a device needs to run a prompt batch at the end of a
+// sequence's context, measured by planning the graph on the CPU device.
+std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape& shape, Device& cpu,
+                                       uint64_t& compute);
 
 // A device as the placement plan sees it: its free memory (else its total), capped by
 // POLYSTACK_DEVICE_MEMORY.
@@ -103,8 +121,8 @@ class ModelContext {
   ModelContext(const ModelContext&) = delete;
   ModelContext& operator=(const ModelContext&) = delete;
 
-  // Sequence ids (KV planes) are handed out and returned here (engine/sequence.h): the lowest
-  // free id, or -1 when all n_seq are live. A released sequence keeps its cells' contents.
+  // Sequence ids are handed out and returned here (engine/sequence.h): the lowest free id, or
+  // -1 when all n_seq + n_seq_cached are live. A released sequence's cells go back to the pool.
   int acquire_sequence();
   void release_sequence(int seq);
   int live_sequences() const;
@@ -123,14 +141,21 @@ class ModelContext {
   };
   std::vector<std::vector<float>> eval_batch(std::span<const SeqTokens> runs);
   bool batched() const { return batched_; }
-  void reset(int seq = 0) { n_past_.at(size_t(seq)) = 0; }
+  // Forgets every position of seq; its cells go back to the pool.
+  void reset(int seq = 0);
+  // Makes sure seq holds cells for positions [0, n_positions): false (nothing taken) when the
+  // pool lacks free blocks. eval and eval_batch reserve what they need themselves (UsageError
+  // when the pool is full); a caller that can make room first (the engine) asks here.
+  bool reserve(int seq, int n_positions);
+  const KvPool& kv_pool() const { return *pool_; }
+  int n_cells() const { return n_cells_; }
   int n_past(int seq = 0) const { return n_past_.at(size_t(seq)); }
   // Forgets sequence seq's positions from n on, keeping [0, n): false (and nothing changed)
   // when a sliding-window layer's ring no longer holds what position n would attend to.
   bool rewind(int seq, int n);
-  int n_seq() const { return int(n_past_.size()); }
+  int n_seq() const { return int(n_past_.size()); }  // sequence ids
   int n_batch() const { return n_batch_; }
-  int n_ctx() const { return n_ctx_; }
+  int n_ctx() const { return n_ctx_; }  // positions per sequence
   // The main device: the chosen GPU (or the CPU), which prints as "running on".
   const Device& device() const { return *device_; }
   // Every device the session uses: the GPUs in id order, the CPU last (beside a GPU it runs
@@ -148,17 +173,29 @@ class ModelContext {
   size_t kv_cache_bytes() const;
 
  private:
-  // The fourth step: each layer's KV cells on the device that runs the layer (one buffer per
-  // layer, a plane per sequence), and whether tokens of several sequences can share a pass.
-  void allocate_kv(const ContextOptions& opts);
+  // The fourth step: the KV pool, each layer's cells on the device that runs the layer (one
+  // buffer per layer for its group's cells), and whether tokens of several sequences can share
+  // a pass.
+  void allocate_kv(const ContextShape& shape);
   // The fifth: the weights reach a device with its own memory now rather than with the first
   // token; placing a graph also finds the ops that run elsewhere than their layer's device.
   void upload_weights();
-  void forward(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& out);
-  // The forward graph for `tokens` of sequence seq at positions n_past.. (written to pos,
-  // which the graph reads), returning the logits node.
-  Tensor* build(Graph& g, int seq, std::span<const int32_t> tokens, std::vector<int32_t>& pos,
-                bool all_logits, int n_past) const;
+  // What a pass's graph reads beside the weights and caches: the tokens, their positions, the
+  // rows whose logits come out, and per group of layers the paged attention's data and where
+  // the new keys and values go.
+  struct PassData {
+    std::vector<int32_t> tokens, pos, rows;
+    std::vector<std::vector<int32_t>> info;
+    std::vector<ForwardInputs::KvLayout> layouts;
+  };
+  // The graph of one forward pass over runs of tokens (each run a sequence's, after its
+  // positions; cells reserved), returning the logits node: each run's last token's, or every
+  // token's with all_logits (one run).
+  Tensor* build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits, PassData& d) const;
+  // Builds, runs and reads it; the sequences' positions advance.
+  std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits);
+  // Checks the runs (sequences, vocabulary, context) and reserves their cells.
+  void prepare(std::span<const SeqTokens> runs);
 
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::unique_ptr<Device>> devices_;  // the GPUs, the CPU last
@@ -166,10 +203,12 @@ class ModelContext {
   ChosenDevice choice_;
   PlacementPlan plan_;
   std::unique_ptr<Scheduler> scheduler_;
-  // Per layer: a plane of the cache per sequence.
+  // Per layer: its group's cells of the pool.
   std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;
+  KvGroups kv_groups_;
+  std::unique_ptr<KvPool> pool_;
   bool batched_ = false;
-  int n_ctx_ = 0;
+  int n_ctx_ = 0, n_cells_ = 0;
   int n_batch_ = 512;
   std::vector<int> n_past_;  // per sequence
   std::vector<bool> live_;   // per sequence: acquired

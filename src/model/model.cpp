@@ -180,6 +180,15 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
                   {cache->nb[0], cache->nb[2], cache->nb[2] * n, cache->nb[2] * n},
                   size_t(from) * cache->nb[2]);
   };
+  if (!in.kv_layout.empty()) {
+    // The keys and values into their cells, then one attention over every token.
+    const ForwardInputs::KvLayout& L = *in.kv_layout[size_t(layer)];
+    for (const ForwardInputs::KvWrite& w : L.writes)
+      for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}})
+        g.copy(columns(src, w.first_token, w.n_tokens), slots_of(cache, w.cell, w.n_tokens));
+    Tensor* attn = g.attention_paged(q, kc, vc, L.token_info, scale, window);
+    return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
+  }
   if (!in.seqs.empty()) {
     // Each sequence's tokens into its own plane, then one attention over every token.
     auto plane_slots = [&](Tensor* cache, int64_t plane, int64_t from, int64_t n) {

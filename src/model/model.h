@@ -61,7 +61,19 @@ struct ForwardInputs {
   };
   std::vector<SeqRun> seqs;
   Tensor* token_info = nullptr;  // with seqs: I32 [2, n_tokens], (position, plane) per token
-  Tensor* out_rows = nullptr;    // with seqs: I32 [n]: the tokens whose logits are wanted
+  Tensor* out_rows = nullptr;    // I32 [n]: the tokens whose logits are wanted (seqs, kv_layout)
+  // A paged cache (graph/ops.h): per layer, its group's per-token data (positions and block
+  // tables) and where this pass's keys and values go, in pieces of consecutive cells. The
+  // caches are then [head_dim, n_head_kv, cells, 1]; positions come from `positions`.
+  struct KvWrite {
+    int32_t first_token, n_tokens;
+    int64_t cell;
+  };
+  struct KvLayout {
+    Tensor* token_info = nullptr;
+    std::vector<KvWrite> writes;
+  };
+  std::vector<const KvLayout*> kv_layout;
 };
 
 // The weights of one pre-norm transformer block that llama and its descendants share, under

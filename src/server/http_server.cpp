@@ -123,8 +123,8 @@ struct Server {
   void log(uint64_t id, const std::string& path, int status, const StreamEvent* e, double s,
            const std::string& prompt_text) {
     std::string what =
-        e ? fmt::format(", {} prompt tokens ({} cached), {} generated, {}", e->prompt_tokens,
-                        e->cached_tokens, e->completion_tokens, e->finish_reason)
+        e ? fmt::format(", {} prompt tokens ({} cached), {} generated, {} ({})", e->prompt_tokens,
+                        e->cached_tokens, e->completion_tokens, e->finish_reason, e->stop_detail)
         : status == 499 ? ", the client closed the connection"
                         : "";
     fmt::print(
@@ -276,6 +276,16 @@ struct Server {
                        s.busy_seconds > 0
                            ? double(s.prompt_tokens + s.generated_tokens) / s.busy_seconds
                            : 0.0));
+    metric("prompt_tokens_cached_total", "counter",
+           "Prompt tokens taken from cached sequences instead of evaluated",
+           fmt::format("polystack_prompt_tokens_cached_total {}\n", s.cached_tokens));
+    metric("kv_cells", "gauge",
+           "Cells of the KV pool: held by running requests, kept for reuse, free",
+           fmt::format(
+               "polystack_kv_cells{{state=\"running\"}} {}\npolystack_kv_cells{{state=\"cached\"}} "
+               "{}\npolystack_kv_cells{{state=\"free\"}} {}\n",
+               s.kv_cells_running, s.kv_cells_cached,
+               s.kv_cells - s.kv_cells_running - s.kv_cells_cached));
     metric("queue_length", "gauge", "Requests waiting for a slot",
            fmt::format("polystack_queue_length {}\n", s.queue_length));
     metric("busy_slots", "gauge", "Slots serving a request",
@@ -332,8 +342,12 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
       s.model->model->params().architecture);
   s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
   if (opts.on_loaded) opts.on_loaded(s.engine->context());
-  fmt::print(stderr, "polystack: {} slots of {} tokens, chat format {}, model id '{}'\n",
-             opts.n_slots, s.engine->n_ctx(), chat_format_name(s.chat_format), s.model_id);
+  fmt::print(stderr,
+             "polystack: {} slots over one KV pool of {} cells ({} MiB; up to {} per request), "
+             "chat format {}, model id '{}'\n",
+             opts.n_slots, s.engine->context().kv_pool().total_cells(),
+             s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(),
+             chat_format_name(s.chat_format), s.model_id);
 
   httplib::Server http;
   // Enough threads for every slot, the queue and a few quick requests beside them.

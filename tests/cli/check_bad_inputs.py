@@ -339,6 +339,9 @@ def flag_cases(model: str, vulkan_present: bool) -> list[Case]:
         Case("-t -3", run + ["-t", "-3"], expect_code=2),
         Case("-c -1", run + ["-c", "-1"], expect_code=2, must_mention=("-1",)),
         Case("-b 0", run + ["-b", "0"], expect_code=2, must_mention=("batch",)),
+        Case("serve --ctx-per-seq above -c",
+             ["serve", "-m", model, "--port", "1", "-c", "128", "--ctx-per-seq", "256"],
+             expect_code=2, must_mention=("--ctx-per-seq", "256", "128")),
         # A newline in an argument must not split the error line.
         Case("stray argument with a newline", run + ["stray\nargument"], expect_code=2),
         Case("unknown subcommand", ["nosuchcommand"], expect_code=2),

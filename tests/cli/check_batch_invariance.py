@@ -123,13 +123,14 @@ def main():
         dev = ["--device", "cpu", "--deterministic"]
     problems = []
 
-    srv = Server(args.bin, args.model, dev + ["-np", "4", "-c", "256"])
+    # A pool with room for the 4 running requests (2 blocks each) and some cached ones.
+    srv = Server(args.bin, args.model, dev + ["-np", "4", "-c", "1024", "--ctx-per-seq", "256"])
     try:
         differ, dt, _ = compare(srv, PROMPTS[:12], 100, 12)
         # `run` with the same flags is one sequence on the same engine: the same text.
         want = srv.text(PROMPTS[0], 100)
         r = subprocess.run([args.bin, "run", "-m", args.model, "-p", PROMPTS[0], "-n", "100",
-                            "--temp", "0", "-c", "256"] + dev, capture_output=True, timeout=300)
+                            "--temp", "0", "-c", "1024"] + dev, capture_output=True, timeout=300)
         if r.returncode != 0 or r.stdout.decode("utf-8", "replace") != want + "\n":
             problems.append(f"run {' '.join(dev)} exited {r.returncode} with "
                             f"{r.stdout[:80]!r}, not the server's {want[:80]!r}")
@@ -145,7 +146,10 @@ def main():
               f"answer alone ({dt:.1f} s)")
 
     if args.long:
-        srv = Server(args.bin, args.model, dev + ["-np", "64", "-c", "640", "--queue", "0"])
+        # 64 requests of up to 520 positions (9 blocks each) at once.
+        srv = Server(args.bin, args.model,
+                     dev + ["-np", "64", "-c", str(64 * 9 * 64), "--ctx-per-seq", "640",
+                            "--queue", "0"])
         try:
             differ, dt, chars = compare(srv, PROMPTS, 500, 64)
         finally:

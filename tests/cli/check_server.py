@@ -353,13 +353,22 @@ def main():
         s.close()
         time.sleep(0.5)
         status, text = srv.request("GET", "/metrics")
+        cells = {}
+        for line in str(text).splitlines():
+            if line.startswith("polystack_kv_cells{state="):
+                cells[line.split('"')[1]] = int(line.split()[-1])
         if status != 200 or "polystack_requests_total{status=\"503\"} 1" not in text or \
-                "polystack_busy_slots" not in text or "polystack_device_memory_bytes" not in text:
-            fail(f"/metrics: {status} {str(text)[:400]}")
+                "polystack_busy_slots" not in text or "polystack_device_memory_bytes" not in text \
+                or "polystack_prompt_tokens_cached_total" not in text or \
+                set(cells) != {"running", "cached", "free"} or sum(cells.values()) != 512:
+            fail(f"/metrics: {status} {str(text)[:800]}")
         else:
-            print("metrics:", [l for l in text.splitlines() if l.startswith("polystack_req")])
+            print("metrics:", [l for l in text.splitlines() if l.startswith("polystack_req")],
+                  "KV cells", cells)
     finally:
-        srv.stop()
+        rc, log = srv.stop()
+    if "1 slots over one KV pool of 512 cells" not in log:
+        fail(f"the start-up line does not give the KV pool: {log[:600]}")
 
     # A client that leaves before its answer, streamed or not: with one slot and no queue the
     # next request is served instead of refused, and the log says the first was stopped. Each

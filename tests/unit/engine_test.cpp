@@ -96,7 +96,7 @@ TEST(Engine, SlotsServeRequestsSideBySide) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
   const Tokenizer& tok = *model->tokenizer;
-  const ContextOptions o = on_cpu(128);
+  const ContextOptions o = on_cpu(512);
   const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily went"};
   std::vector<std::string> alone;
   {
@@ -154,7 +154,8 @@ TEST(Engine, CancelFreesTheSlotAndTheQueueIsBounded) {
 TEST(Sequence, TakenFromTheContextAndReturned) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
-  ContextOptions o = on_cpu(64);
+  ContextOptions o = on_cpu(2 * 64);  // the pool: a block per sequence
+  o.n_ctx_per_seq = 64;
   o.n_seq = 2;
   ModelContext ctx(model, o);
   const std::vector<int32_t> ids = model->tokenizer->encode("Once upon a time", true, true);
@@ -323,6 +324,98 @@ TEST(ModelContext, DeterministicLogitsDoNotDependOnTheBatch) {
     setenv("POLYSTACK_ISA", saved.c_str(), 1);
   std::printf("batch invariance checked at %zu ISA level(s), up to %s\n", levels.size(),
               levels.back().c_str());
+}
+
+// The engine's cells come from one pool: a follow-up that repeats a finished conversation
+// evaluates only its new tokens, whichever slot takes it; a request whose prompt finds too few
+// free cells waits for them; a sequence that cannot grow stops with "length"; and when every
+// request is done no cells are held by running sequences, only by cached ones.
+TEST(Engine, OnePoolOfCellsForEverySlot) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  {
+    Engine e(model, on_cpu(1024), 2, 4);
+    const CompletionRequest first = greedy(tok, "Once upon a time", 12);
+    StreamEvent done;
+    std::vector<int32_t> ids;
+    auto s = e.submit(first);
+    for (;;) {
+      auto ev = s->pop(std::chrono::milliseconds(30000));
+      ASSERT_TRUE(ev);
+      if (ev->token >= 0) ids.push_back(ev->token);
+      if (ev->done) break;
+    }
+    ASSERT_EQ(ids.size(), 12u);
+    // Slot 0 busy with another request (held by the step delay), the follow-up goes to the
+    // other slot and still finds the conversation's cells.
+    CompletionRequest other = greedy(tok, "The little dog", -1);
+    other.ignore_eos = true;
+    auto busy = e.submit(other);
+    ASSERT_TRUE(busy->pop(std::chrono::milliseconds(30000)));
+    CompletionRequest follow = greedy(tok, "", 4);
+    follow.prompt = first.prompt;
+    follow.prompt.insert(follow.prompt.end(), ids.begin(), ids.end());
+    const std::vector<int32_t> more = tok.encode(" Lily", false, false);
+    follow.prompt.insert(follow.prompt.end(), more.begin(), more.end());
+    const Answer f = collect(*e.submit(follow));
+    // Everything but the last generated token (never evaluated) came from the cache.
+    EXPECT_EQ(f.done.cached_tokens, int(first.prompt.size() + ids.size() - 1));
+    EXPECT_EQ(e.stats().cached_tokens, uint64_t(f.done.cached_tokens));
+    e.cancel(busy);
+    collect(*busy);
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.kv_cells, 1024);
+    EXPECT_EQ(st.kv_cells_running, 0);
+    EXPECT_GT(st.kv_cells_cached, 0);
+    EXPECT_EQ(st.busy_slots, 0);
+  }
+  {
+    // 128 cells: two blocks. A 100-token prompt takes both; a second waits until the first
+    // is done, then runs; a request that outgrows the pool stops with "length".
+    Engine e(model, on_cpu(128), 2, 4);
+    CompletionRequest big = greedy(tok, "x", 20);
+    big.prompt.assign(100, tok.encode("Lily", false, false).at(0));
+    CompletionRequest big2 = big;
+    big2.prompt[50] = tok.encode("ball", false, false).at(0);  // not the same prompt
+    auto a = e.submit(big);
+    auto b = e.submit(big2);
+    const Answer ra = collect(*a), rb = collect(*b);
+    EXPECT_EQ(ra.done.finish_reason, "length");
+    EXPECT_EQ(ra.done.completion_tokens, 20);
+    EXPECT_EQ(rb.done.finish_reason, "length");
+    EXPECT_EQ(rb.done.completion_tokens, 20);
+    EXPECT_EQ(rb.done.cached_tokens, 50);  // a's cells, reused up to where the prompts differ
+    CompletionRequest grow = greedy(tok, "Once upon a time", -1);
+    grow.ignore_eos = true;
+    ContextOptions o = on_cpu(128);
+    const Answer g = collect(*e.submit(grow));
+    EXPECT_EQ(g.done.finish_reason, "length");
+    EXPECT_EQ(g.done.stop_detail, "context full");  // 128 positions: the sequence's limit
+  }
+  {
+    // Two sequences of up to 128 positions over 128 cells: the second outgrows what is left.
+    ContextOptions o = on_cpu(128);
+    o.n_ctx_per_seq = 128;
+    setenv("POLYSTACK_TEST_STEP_DELAY_MS", "1", 1);
+    Engine e(model, o, 2, 4);
+    unsetenv("POLYSTACK_TEST_STEP_DELAY_MS");
+    CompletionRequest grow = greedy(tok, "Once upon a time", 100);
+    grow.ignore_eos = true;
+    CompletionRequest grow2 = greedy(tok, "The little dog", 100);
+    grow2.ignore_eos = true;
+    auto a = e.submit(grow);
+    auto b = e.submit(grow2);
+    const Answer ra = collect(*a), rb = collect(*b);
+    // Both started with a block each; the first to need a second block takes the last one,
+    // the other stops when it needs one.
+    const int full = (ra.done.stop_detail.find("KV pool full") == 0) +
+                     (rb.done.stop_detail.find("KV pool full") == 0);
+    EXPECT_EQ(full, 1) << ra.done.stop_detail << " / " << rb.done.stop_detail;
+    EXPECT_EQ(ra.done.finish_reason, "length");
+    EXPECT_EQ(rb.done.finish_reason, "length");
+    EXPECT_EQ(e.stats().kv_cells_running, 0);
+  }
 }
 
 }  // namespace

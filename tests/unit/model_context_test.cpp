@@ -118,7 +118,8 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(ModelContext, SequencesAreIndependent) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
-  ContextOptions o = on_cpu(32);
+  ContextOptions o = on_cpu(3 * 64);  // the pool: a block per sequence
+  o.n_ctx_per_seq = 32;
   o.n_seq = 3;
   ModelContext s(model, o);
   EXPECT_EQ(s.n_seq(), 3);
@@ -172,7 +173,8 @@ TEST(ModelContext, SequencesAreIndependent) {
 TEST(ModelContext, OneBatchOfSeveralSequences) {
   auto model = stories();
   if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
-  ContextOptions o = on_cpu(40, 16);
+  ContextOptions o = on_cpu(4 * 64, 16);  // the pool: a block per sequence
+  o.n_ctx_per_seq = 40;
   o.n_seq = 4;
   ModelContext batched(model, o), apart(model, o);
   ASSERT_TRUE(batched.batched());
