@@ -6,7 +6,8 @@ completions at once (different prompts, temperature 0, --max-tokens each), and r
 generated tokens per second over the wall time of the round, with the time to first token.
 --ttft-prompt additionally measures the time to first token of a prompt of that many tokens
 while the other N - 1 streams generate. --llama-server PATH measures llama.cpp's server the same
-way instead (-np N, -c N x --ctx, --threads --threads). Prints a Markdown table.
+way instead. Both get -np N and -c N x --ctx (one KV pool shared by the slots) and --threads.
+Prints a Markdown table.
 
   python3 scripts/bench_server.py --bin build/release/bin/polystack -m model.gguf \\
       --streams 1,2,4,8 --max-tokens 64 --ttft-prompt 512
@@ -56,8 +57,9 @@ def start(args, n):
         cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", str(n), "-c",
                str(n * args.ctx), "-t", str(args.threads), "--host", "127.0.0.1"]
     else:
+        # -c is polystack's KV pool, shared by the N slots, as llama-server's -c.
         cmd = [args.bin, "serve", "-m", args.model, "--port", str(port), "-np", str(n), "-c",
-               str(args.ctx), "-t", str(args.threads)]
+               str(n * args.ctx), "-t", str(args.threads)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     for _ in range(1200):
         try:

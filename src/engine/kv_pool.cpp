@@ -12,6 +12,7 @@ KvPool::KvPool(std::vector<Group> groups, int64_t block, int n_seq)
     : groups_(std::move(groups)), block_(block) {
   if (block < 1) throw UsageError(fmt::format("KV block of {} cells", block));
   if (n_seq < 1) throw UsageError(fmt::format("{} sequences in the KV pool", n_seq));
+  if (groups_.empty()) throw UsageError("a KV pool without layers");
   for (const Group& g : groups_) {
     if (g.slots < 1 || g.n_blocks < 1 || g.n_blocks > INT32_MAX)
       throw UsageError(fmt::format("KV pool group of {} slots in {} blocks", g.slots, g.n_blocks));
@@ -20,6 +21,8 @@ KvPool::KvPool(std::vector<Group> groups, int64_t block, int n_seq)
     free_.push_back(std::move(f));
   }
   tables_.assign(size_t(n_seq), std::vector<std::vector<int32_t>>(groups_.size()));
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].slots > groups_[size_t(main_)].slots) main_ = int(g);
 }
 
 int64_t KvPool::blocks_for(int g, int64_t n_positions) const {
@@ -57,22 +60,10 @@ void KvPool::shrink(int seq, int64_t n_positions) {
   }
 }
 
-int64_t KvPool::cells_of(int seq) const {
-  int64_t n = 0;
-  for (const auto& t : tables_[size_t(seq)]) n += int64_t(t.size()) * block_;
-  return n;
-}
+int64_t KvPool::cells_of(int seq) const { return int64_t(table(seq, main_).size()) * block_; }
 
-int64_t KvPool::used_cells() const {
-  int64_t n = 0;
-  for (int g = 0; g < n_groups(); ++g) n += (group(g).n_blocks - free_blocks(g)) * block_;
-  return n;
-}
+int64_t KvPool::used_cells() const { return (group(main_).n_blocks - free_blocks(main_)) * block_; }
 
-int64_t KvPool::total_cells() const {
-  int64_t n = 0;
-  for (const Group& g : groups_) n += g.n_blocks * block_;
-  return n;
-}
+int64_t KvPool::total_cells() const { return group(main_).n_blocks * block_; }
 
 }  // namespace ps

@@ -40,15 +40,17 @@ class KvPool {
   const std::vector<int32_t>& table(int seq, int g) const {
     return tables_[size_t(seq)][size_t(g)];
   }
-  // Cells seq holds, summed over the groups.
+  // Cells as positions count them: those of the group that holds every position (the one with
+  // the most slots; a sliding-window group's cells are counted by that group's too). Held by
+  // seq, held by any sequence, and all.
   int64_t cells_of(int seq) const;
   int64_t free_blocks(int g) const { return int64_t(free_[size_t(g)].size()); }
-  // Cells held by sequences, summed over the groups' blocks, and all cells.
   int64_t used_cells() const;
   int64_t total_cells() const;
 
  private:
   std::vector<Group> groups_;
+  int main_ = 0;  // the group with the most slots
   int64_t block_;
   std::vector<std::vector<std::vector<int32_t>>> tables_;  // [seq][group]
   // Per group the free blocks, highest first, so the lowest is taken (from the back).

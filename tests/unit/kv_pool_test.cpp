@@ -39,7 +39,9 @@ TEST(KvPool, BlocksAreGivenAsSequencesGrowAndReturned) {
 TEST(KvPool, AFullPoolRefusesAndTakesNothing) {
   // Two groups: every position, and a ring of 20 slots.
   KvPool pool({{1000, 4}, {20, 3}}, 8, 2);
-  ASSERT_TRUE(pool.reserve(0, 24));  // 3 blocks of the first group, 3 of the ring
+  EXPECT_EQ(pool.total_cells(), 32);  // cells as positions count them: the first group's
+  ASSERT_TRUE(pool.reserve(0, 24));   // 3 blocks of the first group, 3 of the ring
+  EXPECT_EQ(pool.used_cells(), 24);
   EXPECT_EQ(pool.free_blocks(0), 1);
   EXPECT_EQ(pool.free_blocks(1), 0);
   EXPECT_EQ(pool.missing(1, 8, 1), 1);
@@ -55,6 +57,7 @@ TEST(KvPool, AFullPoolRefusesAndTakesNothing) {
   EXPECT_TRUE(pool.reserve(1, 8));
   EXPECT_THROW(KvPool({{10, 0}}, 8, 1), UsageError);
   EXPECT_THROW(KvPool({{10, 2}}, 0, 1), UsageError);
+  EXPECT_THROW(KvPool({}, 8, 1), UsageError);
 }
 
 TEST(KvPool, ManySequencesOfMixedLengthsLeaveThePoolWhole) {
