@@ -121,7 +121,7 @@ class LlamaFamilyModel final : public Model {
       Tensor* y = g.matmul(w, x);
       return b ? g.add(y, b) : y;
     };
-    // LongRoPE picks its factors once, by the context this session runs with (as llama.cpp).
+    // LongRoPE picks its factors once, by the context a sequence runs with (as llama.cpp).
     Tensor* factors = rope_factors_;
     if (factors_long_) factors = in.n_ctx > n_ctx_orig_ ? factors_long_ : factors_short_;
     Tensor* x = g.get_rows(tok_embd_, in.tokens);

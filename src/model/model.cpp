@@ -189,25 +189,6 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
     Tensor* attn = g.attention_paged(q, kc, vc, L.token_info, scale, window);
     return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
   }
-  if (!in.seqs.empty()) {
-    // Each sequence's tokens into its own plane, then one attention over every token.
-    auto plane_slots = [&](Tensor* cache, int64_t plane, int64_t from, int64_t n) {
-      return g.view(cache, {kv_dim, n, 1, 1},
-                    {cache->nb[0], cache->nb[2], cache->nb[2] * n, cache->nb[2] * n},
-                    size_t(plane) * cache->nb[3] + size_t(from) * cache->nb[2]);
-    };
-    for (const ForwardInputs::SeqRun& r : in.seqs) {
-      const int64_t first = r.n_past % slots, n0 = std::min<int64_t>(r.n_tokens, slots - first);
-      for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}}) {
-        g.copy(columns(src, r.first_token, n0), plane_slots(cache, r.plane, first, n0));
-        if (n0 < r.n_tokens)
-          g.copy(columns(src, r.first_token + n0, r.n_tokens - n0),
-                 plane_slots(cache, r.plane, 0, r.n_tokens - n0));
-      }
-    }
-    Tensor* attn = g.attention_tokens(q, kc, vc, in.token_info, scale, window);
-    return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
-  }
   for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}}) {
     if (run0 == T) {
       g.copy(src, slots_of(cache, first_slot, T));

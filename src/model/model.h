@@ -48,20 +48,12 @@ struct ForwardInputs {
   Tensor* positions = nullptr;  // I32 [n_tokens]
   int32_t n_past = 0;
   int32_t n_tokens = 0;
-  int64_t n_ctx = 0;  // the context the session runs with (LongRoPE picks its factors by it)
+  int64_t n_ctx = 0;  // positions a sequence may use (LongRoPE picks its factors by it)
   // Per layer [head_dim, n_head_kv, slots]: position j in slot j % slots. Layers with a window
   // may have fewer slots than the context (kv_slots), so their cache is a ring.
   std::vector<Tensor*> k_cache, v_cache;
-  bool all_logits = false;  // else only the last token's
-  // Several sequences in one pass (empty: one sequence at n_past). Each run of consecutive
-  // tokens has its own start position and cache plane; the caches then hold one plane per
-  // sequence ([head_dim, n_head_kv, slots, n_seq]).
-  struct SeqRun {
-    int32_t first_token, n_tokens, n_past, plane;
-  };
-  std::vector<SeqRun> seqs;
-  Tensor* token_info = nullptr;  // with seqs: I32 [2, n_tokens], (position, plane) per token
-  Tensor* out_rows = nullptr;    // I32 [n]: the tokens whose logits are wanted (seqs, kv_layout)
+  bool all_logits = false;     // else only the last token's
+  Tensor* out_rows = nullptr;  // I32 [n]: the tokens whose logits are wanted (else the last's)
   // A paged cache (graph/ops.h): per layer, its group's per-token data (positions and block
   // tables) and where this pass's keys and values go, in pieces of consecutive cells. The
   // caches are then [head_dim, n_head_kv, cells, 1]; positions come from `positions`.
