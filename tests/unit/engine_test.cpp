@@ -15,10 +15,14 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "stories_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps {
 namespace {
+
+using test::on_cpu;
+using test::stories;
 
 TEST(TextStream, WholeCharactersOnly) {
   TextStream t({});
@@ -45,22 +49,6 @@ TEST(TextStream, StopStringsAcrossPieces) {
   EXPECT_EQ(u.add("b"), "\nb");
   EXPECT_EQ(u.finish(), "");
   EXPECT_FALSE(u.stopped());
-}
-
-std::shared_ptr<LoadedModel> stories() {
-  const char* dir = std::getenv("POLYSTACK_SHARED_DIR");
-  const std::string path =
-      std::string(dir ? dir : POLYSTACK_SHARED_DIR) + "/models/stories260K.gguf";
-  if (!std::filesystem::exists(path)) return nullptr;
-  return LoadedModel::load(path);
-}
-
-ContextOptions on_cpu(int n_ctx) {
-  ContextOptions o;
-  o.device = "cpu";
-  o.n_ctx = n_ctx;
-  o.n_threads = 1;
-  return o;
 }
 
 struct Answer {

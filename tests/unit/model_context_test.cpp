@@ -11,26 +11,13 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "stories_model.h"
 
 namespace ps {
 namespace {
 
-std::shared_ptr<LoadedModel> stories() {
-  const char* dir = std::getenv("POLYSTACK_SHARED_DIR");
-  const std::string root = dir ? dir : POLYSTACK_SHARED_DIR;
-  const std::string path = root + "/models/stories260K.gguf";
-  if (!std::filesystem::exists(path)) return nullptr;
-  return LoadedModel::load(path);
-}
-
-ContextOptions on_cpu(int n_ctx, int n_batch = 512) {
-  ContextOptions o;
-  o.device = "cpu";
-  o.n_ctx = n_ctx;
-  o.n_batch = n_batch;
-  o.n_threads = 1;
-  return o;
-}
+using test::on_cpu;
+using test::stories;
 
 const std::vector<int32_t> kIds = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315,
                                    421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408};

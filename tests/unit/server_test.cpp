@@ -13,10 +13,13 @@
 #include "engine/model_context.h"
 #include "server/chat_template.h"
 #include "server/request.h"
+#include "stories_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps::server {
 namespace {
+
+using test::stories;
 
 TEST(ChatTemplate, FormatsFromMarkers) {
   EXPECT_EQ(detect_chat_format("{{ '<start_of_turn>' + role }}", "llama"), ChatFormat::Gemma);
@@ -37,14 +40,6 @@ TEST(ChatTemplate, FormatsFromMarkers) {
             "<|im_start|>assistant\n");
   EXPECT_THROW(format_chat(ChatFormat::ChatML, {{"tool", "x"}}), UsageError);
   EXPECT_EQ(chat_turn_end(ChatFormat::Gemma), "<end_of_turn>");
-}
-
-std::shared_ptr<LoadedModel> stories() {
-  const char* dir = std::getenv("POLYSTACK_SHARED_DIR");
-  const std::string path =
-      std::string(dir ? dir : POLYSTACK_SHARED_DIR) + "/models/stories260K.gguf";
-  if (!std::filesystem::exists(path)) return nullptr;
-  return LoadedModel::load(path);
 }
 
 // The status, type and message of the error a body gives ("" when it parses).
