@@ -194,5 +194,60 @@ TEST(ModelContext, OneBatchOfSeveralSequences) {
   EXPECT_THROW(batched.eval_batch(missing), UsageError);
 }
 
+// The steps of a context's making, each called alone as doctor does: the shape from the
+// options (the pool and the per-sequence limit, bad values refused), the pool's groups of
+// layers (a sliding window's ring capped by the running sequences), the devices, and the plan,
+// whose KV bytes are the pool's.
+TEST(ModelContext, ItsStepsRunAlone) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const ModelParams& p = model->model->params();
+  ContextOptions o = on_cpu(1000);
+  o.n_seq = 4;
+  ContextShape shape = resolve_shape(p, o);
+  EXPECT_EQ(shape.n_cells, 1000);
+  EXPECT_EQ(shape.n_ctx, 1000);  // a sequence may use the whole pool
+  o.n_ctx_per_seq = 300;
+  shape = resolve_shape(p, o);
+  EXPECT_EQ(shape.n_ctx, 300);
+  ContextOptions bad = o;
+  bad.n_ctx_per_seq = 1001;
+  EXPECT_THROW(resolve_shape(p, bad), UsageError);
+  bad.n_ctx_per_seq = -1;
+  EXPECT_THROW(resolve_shape(p, bad), UsageError);
+  EXPECT_EQ(resolve_shape(p, ContextOptions{}).n_cells, std::min<int64_t>(p.n_ctx_train, 4096));
+
+  // stories260K has no window: one group of 16 blocks (1000 cells rounded up).
+  const KvGroups g = kv_groups(p, shape);
+  ASSERT_EQ(g.groups.size(), 1u);
+  EXPECT_EQ(g.groups[0].slots, 300);
+  EXPECT_EQ(g.groups[0].n_blocks, 16);
+  EXPECT_EQ(g.layer_group, std::vector<int>(size_t(p.n_layer), 0));
+  // With a window of 100 on every other layer, those layers form a group of their own whose
+  // ring (100 + one batch of 50 - 1 slots, 3 blocks) is capped by the 4 running sequences.
+  ModelParams windowed = p;
+  windowed.layer_window.assign(size_t(p.n_layer), 0);
+  for (size_t l = 0; l < windowed.layer_window.size(); l += 2) windowed.layer_window[l] = 100;
+  ContextShape small = shape;
+  small.n_batch = 50;
+  const KvGroups w = kv_groups(windowed, small);
+  ASSERT_EQ(w.groups.size(), 2u);
+  EXPECT_EQ(w.groups[size_t(w.layer_group[0])].slots, 149);
+  EXPECT_EQ(w.groups[size_t(w.layer_group[0])].n_blocks, 4 * 3);
+  EXPECT_EQ(w.groups[size_t(w.layer_group[1])].n_blocks, 16);
+
+  const OpenedDevices opened = open_devices(*model, o);
+  ASSERT_EQ(opened.devices.size(), 1u);
+  EXPECT_EQ(opened.devices[0]->info().id, "cpu");
+  const PlacementPlan plan = plan_layers(*model, shape, {opened.devices[0].get()}, o);
+  const uint64_t row = uint64_t(p.head_dim * p.n_head_kv) * 2;
+  for (int64_t l = 0; l < p.n_layer; ++l)
+    EXPECT_EQ(plan.units[size_t(l + 1)].kv, 2 * row * 16 * 64) << "layer " << l;
+  ModelContext ctx(model, o);
+  EXPECT_EQ(ctx.kv_cache_bytes(), size_t(p.n_layer) * 2 * row * 16 * 64);
+  EXPECT_EQ(ctx.n_cells(), 1000);
+  EXPECT_EQ(ctx.n_ctx(), 300);
+}
+
 }  // namespace
 }  // namespace ps
