@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "core/cpu_features.h"
@@ -404,6 +405,78 @@ TEST(Engine, OnePoolOfCellsForEverySlot) {
     EXPECT_EQ(rb.done.finish_reason, "length");
     EXPECT_EQ(e.stats().kv_cells_running, 0);
   }
+}
+
+// Many requests of random lengths over a small pool, some cancelled at random moments (waiting,
+// prompting or generating), some too long to finish: every stream ends with exactly one final
+// event, tokens and text agree, and once all are done no cell is held by a running sequence.
+TEST(Engine, RandomRequestsAndCancelsOverASmallPool) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  ContextOptions o = on_cpu(320, 16);  // 5 blocks, prompts in chunks of 16
+  o.n_ctx_per_seq = 200;
+  Engine e(model, o, 3, 64);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> base =
+      tok.encode("Once upon a time there was a little dog", true, true);
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<bool> cancel_it;
+  for (int i = 0; i < 40; ++i) {
+    CompletionRequest r;
+    // Prompts that share a start in some cases, and differ in others.
+    r.prompt.assign(base.begin(), base.begin() + 1 + ptrdiff_t(rng() % base.size()));
+    for (int k = int(rng() % 120); k > 0; --k) r.prompt.push_back(int32_t(3 + rng() % 400));
+    r.sampling.temp = (rng() % 2) ? 0.0f : 0.8f;
+    r.sampling.seed = rng();
+    r.max_tokens = int(rng() % 80);
+    r.ignore_eos = rng() % 2;
+    auto s = e.submit(r);
+    ASSERT_TRUE(s) << "request " << i;
+    streams.push_back(s);
+    cancel_it.push_back(rng() % 4 == 0);
+    if (rng() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    if (i >= 5 && cancel_it[size_t(i - 5)]) e.cancel(streams[size_t(i - 5)]);
+  }
+  for (size_t i = streams.size() - 5; i < streams.size(); ++i)
+    if (cancel_it[i]) e.cancel(streams[i]);
+  int finished = 0;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::string text;
+    std::vector<int32_t> ids;
+    int finals = 0;
+    StreamEvent last;
+    for (;;) {
+      auto ev = streams[i]->pop(std::chrono::milliseconds(finals ? 50 : 60000));
+      if (!ev) break;  // after the final event: nothing more may come
+      if (ev->done) {
+        ++finals;
+        last = *ev;
+        continue;
+      }
+      ASSERT_EQ(finals, 0) << "request " << i << ": an event after the final one";
+      text += ev->text;
+      if (ev->token >= 0) ids.push_back(ev->token);
+    }
+    ASSERT_EQ(finals, 1) << "request " << i;
+    EXPECT_TRUE(last.finish_reason == "stop" || last.finish_reason == "length" ||
+                last.finish_reason == "cancelled")
+        << "request " << i << ": " << last.finish_reason << " " << last.error;
+    EXPECT_EQ(last.completion_tokens, int(ids.size())) << "request " << i;
+    // The text is the tokens' pieces (all of them once the request ended by itself).
+    std::string pieces;
+    for (int32_t id : ids) pieces += tok.token_to_piece(id, false);
+    if (last.finish_reason != "cancelled") {
+      EXPECT_EQ(pieces, text) << "request " << i;
+    }
+    finished += last.finish_reason != "cancelled";
+  }
+  EXPECT_GT(finished, 0);
+  const EngineStats st = e.stats();
+  EXPECT_EQ(st.busy_slots, 0);
+  EXPECT_EQ(st.queue_length, 0);
+  EXPECT_EQ(st.kv_cells_running, 0);
+  EXPECT_LE(st.kv_cells_cached, st.kv_cells);
 }
 
 }  // namespace
