@@ -4,6 +4,8 @@
 - 12 different prompts, each asked alone, then all 12 at once with -np 4: every answer equals
   its answer alone (on the CPU with --deterministic; on another device with --device, where the
   flag is not needed: see README).
+- On the CPU, `logits --deterministic` writes the same bytes with -b 1 as with -b 7 (without
+  the flag they differ), `bench` takes the flag, and `run` gives the server's answer.
 - With --long: 16 prompts asked alone for 500 tokens, then 64 concurrent streams of them (each
   prompt four times) with -np 64: every answer is its answer alone, byte for byte.
 
@@ -124,6 +126,29 @@ def main():
     problems = []
 
     # A pool with room for the 4 running requests (2 blocks each) and some cached ones.
+    if not args.device:
+        # `logits` with --deterministic: the same bytes whether the tokens go one per pass or
+        # all in one; `bench` takes the flag too.
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            outs = []
+            for b in ("1", "7"):
+                out = os.path.join(tmp, f"b{b}.f32")
+                r = subprocess.run([args.bin, "logits", "-m", args.model, "--tokens",
+                                    "1 403 407 261 378 432 383", "-b", b, "-o", out] + dev,
+                                   capture_output=True, timeout=300)
+                outs.append(open(out, "rb").read() if r.returncode == 0 else b"")
+            if not outs[0] or outs[0] != outs[1]:
+                problems.append("logits --deterministic: -b 1 and -b 7 differ (or failed)")
+            else:
+                print(f"logits {' '.join(dev)}: -b 1 and -b 7 give the same {len(outs[0])} bytes")
+        r = subprocess.run([args.bin, "bench", "-m", args.model, "-p", "8", "-n", "4", "-r", "1"]
+                           + dev, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0 or "tg4" not in r.stdout:
+            problems.append(f"bench {' '.join(dev)} exited {r.returncode}: {r.stderr[-300:]}")
+        else:
+            print(f"bench {' '.join(dev)}: ran")
+
     srv = Server(args.bin, args.model, dev + ["-np", "4", "-c", "1024", "--ctx-per-seq", "256"])
     try:
         differ, dt, _ = compare(srv, PROMPTS[:12], 100, 12)
