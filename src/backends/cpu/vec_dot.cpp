@@ -3,6 +3,7 @@
 // they are the yardstick, so their own rounding should be far below any SIMD variant's.
 #include "backends/cpu/vec_dot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -152,17 +153,21 @@ float dot_q5_1(int64_t n, const void* wv, const void* av) {
 
 void act_q8_0(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_0, x, dst, n); }
 
-// GGUF's Q8_1 quantizer, rounding like the Q8_0 reference one (halves away from zero).
+// GGUF's Q8_1 quantizer, rounding like the Q8_0 reference one (halves away from zero), and like
+// it for NaN and infinities: a NaN or an infinity makes the block's scale NaN or infinite, so
+// its dot products are too, as on the float path; a quant with no int8 value (NaN) is 0.
 void act_q8_1(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_1*>(dst);
   for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
     float amax = 0;
-    for (int j = 0; j < QK8_0; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    for (int j = 0; j < QK8_0; ++j)
+      if (const float a = std::fabs(x[j]); !(a <= amax)) amax = a;
     const float d = amax / 127;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < QK8_0; ++j) {
-      y[b].qs[j] = int8_t(std::round(x[j] * id));
+      const float q = std::round(x[j] * id);
+      y[b].qs[j] = q == q ? int8_t(std::clamp(q, -127.0f, 127.0f)) : int8_t(0);
       sum += y[b].qs[j];
     }
     y[b].d = f32_to_fp16(d);
