@@ -486,6 +486,27 @@ TEST(VecDotActivations, RoundTiesAwayFromZeroAndStoreTheSum) {
   EXPECT_EQ(0, std::memcmp(q0.qs, q1.qs, 32));
 }
 
+// A NaN or an infinity in the activations (a model whose weights overflow) gives the Q8_1
+// block the Q8_0 reference's scale and quants (an infinite scale; a NaN quant 0), never a NaN
+// converted to int8 (undefined behaviour, which the sanitizer build of this test would report).
+TEST(VecDotActivations, NanAndInfinityAsTheQ8_0Reference) {
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> x(32, 0.25f);
+    x[3] = bad;
+    x[9] = -1.5f;
+    BlockQ8_1 q1{};
+    ps::BlockQ8_0 q0{};
+    ps::cpu::dot_kernel_scalar(DType::Q4_1)->act_from_f32(x.data(), &q1, 32);
+    ps::cpu::dot_kernel_scalar(DType::Q4_0)->act_from_f32(x.data(), &q0, 32);
+    EXPECT_EQ(q0.d, q1.d) << bad;
+    EXPECT_EQ(0, std::memcmp(q0.qs, q1.qs, 32)) << bad;
+    if (std::isnan(bad))
+      EXPECT_EQ(q1.qs[3], 0);  // no int8 value
+    else
+      EXPECT_TRUE(std::isinf(ps::fp16_to_f32(q1.d))) << bad;
+  }
+}
+
 TEST(VecDotDispatch, PicksTheHighestLevelAtOrBelowTheRequest) {
   const IsaLevel best = ps::best_isa_level();
   for (DType t : all_types()) {

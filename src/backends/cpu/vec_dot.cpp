@@ -154,8 +154,8 @@ float dot_q5_1(int64_t n, const void* wv, const void* av) {
 void act_q8_0(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_0, x, dst, n); }
 
 // GGUF's Q8_1 quantizer, rounding like the Q8_0 reference one (halves away from zero), and like
-// it for NaN and infinities: a NaN or an infinity makes the block's scale NaN or infinite, so
-// its dot products are too, as on the float path; a quant with no int8 value (NaN) is 0.
+// it for NaN and infinities: an infinity makes the block's scale infinite, and a quant with no
+// int8 value (NaN) is 0, where converting it would be undefined.
 void act_q8_1(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_1*>(dst);
   for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
