@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <random>
 #include <thread>
 
 #include "core/error.h"
@@ -12,6 +11,16 @@
 
 namespace ps {
 namespace {
+
+// A request's final event that carries no usage: "cancelled" (why = the words), or "error" (why =
+// the message).
+StreamEvent ended(const std::string& reason, const std::string& why) {
+  StreamEvent e;
+  e.done = true;
+  e.finish_reason = reason;
+  (reason == "error" ? e.error : e.stop_detail) = why;
+  return e;
+}
 
 // How many leading tokens a and b share.
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -76,7 +85,7 @@ std::shared_ptr<Stream> Engine::submit(CompletionRequest req) {
     int free_slots = 0;
     for (const Slot& s : slots_) free_slots += !s.busy;
     if (int(waiting_.size()) >= max_queue_ + free_slots) return nullptr;
-    waiting_.push_back({std::move(req), stream, std::chrono::steady_clock::now()});
+    waiting_.push_back({std::move(req), stream});
     ++stats_.requests;
   }
   cv_.notify_all();
@@ -92,11 +101,7 @@ void Engine::cancel(const std::shared_ptr<Stream>& stream) {
     for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
       if (it->stream == stream) {
         waiting_.erase(it);
-        StreamEvent e;
-        e.done = true;
-        e.finish_reason = "cancelled";
-        e.stop_detail = "cancelled";
-        stream->push(std::move(e));
+        stream->push(ended("cancelled", "cancelled"));
         break;
       }
   }
@@ -136,10 +141,7 @@ void Engine::stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Whatever is left ends with an error.
-  StreamEvent stopping;
-  stopping.done = true;
-  stopping.finish_reason = "error";
-  stopping.error = "the server is stopping";
+  const StreamEvent stopping = ended("error", "the server is stopping");
   for (Waiting& w : waiting_) w.stream->push(stopping);
   waiting_.clear();
   for (Slot& s : slots_)
@@ -235,12 +237,9 @@ void Engine::admit() {
     // Nothing runs and nothing cached is left to give up: the prompt can never have its cells.
     Waiting w = std::move(waiting_.front());
     waiting_.pop_front();
-    StreamEvent e;
-    e.done = true;
-    e.finish_reason = "error";
-    e.error = fmt::format("the prompt's {} tokens need more KV cells than the pool's {} (-c)",
-                          p.size(), ctx_->n_cells());
-    w.stream->push(std::move(e));
+    w.stream->push(ended(
+        "error", fmt::format("the prompt's {} tokens need more KV cells than the pool's {} (-c)",
+                             p.size(), ctx_->n_cells())));
   }
 }
 
@@ -334,10 +333,7 @@ void Engine::step() {
     if (!s.busy) continue;
     if (s.stream->cancelled()) {
       const std::shared_ptr<Stream> stream = s.stream;
-      StreamEvent e;
-      e.done = true;
-      e.finish_reason = "cancelled";
-      e.stop_detail = "cancelled";
+      StreamEvent e = ended("cancelled", "cancelled");
       e.prompt_tokens = int(s.req.prompt.size());
       e.completion_tokens = s.generated;
       e.cached_tokens = s.cached_tokens;
@@ -379,11 +375,7 @@ void Engine::step() {
     for (const Run& o : owners) {
       const std::shared_ptr<Stream> stream = o.slot->stream;
       release(*o.slot, false);
-      StreamEvent err;
-      err.done = true;
-      err.finish_reason = "error";
-      err.error = e.what();
-      stream->push(std::move(err));
+      stream->push(ended("error", e.what()));
     }
     return;
   }

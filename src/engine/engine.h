@@ -136,7 +136,6 @@ class Engine {
   struct Waiting {
     CompletionRequest req;
     std::shared_ptr<Stream> stream;
-    std::chrono::steady_clock::time_point submitted;
   };
   void loop();
   // Moves waiting requests into free slots while the pool has cells for their prompts (under

@@ -194,7 +194,7 @@ void ModelContext::allocate_kv(const ContextShape& shape) {
   pool_ = std::make_unique<KvPool>(kv_groups_.groups, kKvBlock, ids);
   n_past_.assign(size_t(ids), 0);
   live_.assign(size_t(ids), false);
-  const size_t row = size_t(p.head_dim * p.n_head_kv) * 2;  // F16
+  const size_t row = kv_row_bytes(p);
   for (int64_t l = 0; l < p.n_layer; ++l) {
     Device& dev = *devices_[size_t(plan_.unit_device[size_t(l + 1)])];
     const KvPool::Group& g = pool_->group(kv_groups_.layer_group[size_t(l)]);
@@ -322,6 +322,11 @@ std::vector<float> ModelContext::eval(std::span<const int32_t> tokens, bool all_
   if (tokens.empty()) throw UsageError("nothing to evaluate: no tokens");
   const SeqTokens whole{seq, tokens};
   prepare(std::span<const SeqTokens>(&whole, 1));
+  return eval_prepared(seq, tokens, all_logits);
+}
+
+std::vector<float> ModelContext::eval_prepared(int seq, std::span<const int32_t> tokens,
+                                               bool all_logits) {
   std::vector<float> out;
   for (size_t i = 0; i < tokens.size(); i += size_t(n_batch_)) {
     const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
@@ -342,7 +347,7 @@ std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqToke
   for (const SeqTokens& r : runs) total += r.tokens.size();
   std::vector<std::vector<float>> out;
   if (!batched_ || runs.size() == 1 || total > size_t(n_batch_)) {
-    for (const SeqTokens& r : runs) out.push_back(eval(r.tokens, false, r.seq));
+    for (const SeqTokens& r : runs) out.push_back(eval_prepared(r.seq, r.tokens, false));
     return out;
   }
   const std::vector<float> all = forward(runs, false);
@@ -407,7 +412,7 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape&
     }
   // K and V: each layer's group's cells of the pool.
   const KvGroups groups = kv_groups(p, shape);
-  const uint64_t row = uint64_t(p.head_dim * p.n_head_kv) * 2;
+  const uint64_t row = kv_row_bytes(p);
   for (int64_t l = 0; l < p.n_layer; ++l)
     units[size_t(l + 1)].kv =
         2 * row *

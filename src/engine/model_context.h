@@ -196,6 +196,8 @@ class ModelContext {
   std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits);
   // Checks the runs (sequences, vocabulary, context) and reserves their cells.
   void prepare(std::span<const SeqTokens> runs);
+  // eval of a prepared run: passes of at most n_batch tokens.
+  std::vector<float> eval_prepared(int seq, std::span<const int32_t> tokens, bool all_logits);
 
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::unique_ptr<Device>> devices_;  // the GPUs, the CPU last

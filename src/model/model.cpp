@@ -155,9 +155,7 @@ int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_b
   return window > 0 ? std::min(n_ctx, window + n_batch - 1) : n_ctx;
 }
 
-size_t kv_plane_bytes(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch) {
-  return size_t(p.head_dim * p.n_head_kv) * 2 * size_t(kv_slots(p, layer, n_ctx, n_batch));
-}
+size_t kv_row_bytes(const ModelParams& p) { return size_t(p.head_dim * p.n_head_kv) * 2; }
 
 Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q,
                                 Tensor* k, Tensor* v, float scale, int32_t window) const {

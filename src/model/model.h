@@ -127,8 +127,8 @@ class Model {
 // Cache slots layer l needs for a context of n_ctx positions evaluated n_batch at a time: all
 // of them, or for a sliding-window layer only its window plus the batch.
 int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch);
-// The bytes of layer l's K (or V) cache for one sequence: kv_slots F16 rows of the KV width.
-size_t kv_plane_bytes(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_batch);
+// The bytes of one cache cell's K (or V) row: F16 values of the KV width.
+size_t kv_row_bytes(const ModelParams& p);
 
 // llama, qwen2, qwen3 and phi3 (src/model/llama.cpp).
 std::unique_ptr<Model> make_llama_family_model(const gguf::File& file, const std::string& arch);
