@@ -1,7 +1,9 @@
 #pragma once
 // One function per subcommand; each registers its flags on the app and returns the action.
 #include <CLI/CLI.hpp>
+#include <ctime>
 #include <functional>
+#include <optional>
 
 namespace ps::cli {
 
@@ -16,9 +18,13 @@ Action add_logits(CLI::App& app);
 Action add_quantize(CLI::App& app);
 Action add_doctor(CLI::App& app);
 Action add_serve(CLI::App& app);
+Action add_template(CLI::App& app);
 
 // Reads a whole file's bytes exactly; UsageError naming the file on failure.
 std::string read_file_bytes(const std::string& path);
+
+// SOURCE_DATE_EPOCH as a time, when set (templates' strftime_now); UsageError when malformed.
+std::optional<std::time_t> source_date_epoch();
 
 }  // namespace ps::cli
 
