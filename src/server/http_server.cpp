@@ -20,8 +20,9 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "server/chat_template.h"
 #include "server/request.h"
+#include "server/ui_files.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps::server {
@@ -101,7 +102,8 @@ struct Server {
   std::shared_ptr<LoadedModel> model;
   std::unique_ptr<Engine> engine;
   std::string model_id;
-  ChatFormat chat_format = ChatFormat::ChatML;
+  std::unique_ptr<jinja::ChatTemplate> chat_template;
+  ChatSetup chat;
   std::atomic<bool> ready{false};
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex stats_m;
@@ -136,7 +138,7 @@ struct Server {
   void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
     const auto t0 = Clock::now();
     const uint64_t id = next_id++;
-    CompletionBody body = parse_completion(req.body, chat, tok(), chat_format, engine->n_ctx());
+    CompletionBody body = parse_completion(req.body, chat, tok(), this->chat, engine->n_ctx());
     CompletionRequest r = std::move(body.request);
     const bool stream = body.stream, include_usage = body.include_usage;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
@@ -337,17 +339,39 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   s.model_id =
       opts.alias.empty() ? std::filesystem::path(model_path).filename().string() : opts.alias;
   const gguf::Value* tmpl = s.model->file->find("tokenizer.chat_template");
-  s.chat_format = detect_chat_format(
-      tmpl && tmpl->type == gguf::ValueType::STRING ? tmpl->str : std::string_view(),
-      s.model->model->params().architecture);
+  {
+    jinja::ChatTemplateChoice choice = jinja::choose_chat_template(
+        opts.chat_template,
+        tmpl && tmpl->type == gguf::ValueType::STRING ? tmpl->str : std::string_view(),
+        s.model->model->params().architecture);
+    const Tokenizer& tok = s.tok();
+    try {
+      s.chat_template = std::make_unique<jinja::ChatTemplate>(
+          std::move(choice), tok.bos() >= 0 ? tok.token_to_piece(tok.bos(), true) : "",
+          tok.eos() >= 0 ? tok.token_to_piece(tok.eos(), true) : "", tok.adds_bos());
+    } catch (const TemplateError& e) {
+      throw UsageError(fmt::format(
+          "the chat template ({}) is not one this server can render: {}; name another with "
+          "--chat-template (chatml, llama3, gemma, phi3 or a file)",
+          choice.why, jinja::describe(e)));
+    }
+    s.chat.tmpl = s.chat_template.get();
+    s.chat.enable_thinking = opts.enable_thinking;
+  }
   s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
   if (opts.on_loaded) opts.on_loaded(s.engine->context());
   fmt::print(stderr,
              "polystack: {} slots over one KV pool of {} cells ({} MiB; up to {} per request), "
-             "chat format {}, model id '{}'\n",
+             "model id '{}'\n",
              opts.n_slots, s.engine->context().kv_pool().total_cells(),
-             s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(),
-             chat_format_name(s.chat_format), s.model_id);
+             s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(), s.model_id);
+  fmt::print(stderr, "polystack: chat template: {} ({}){}\n", s.chat_template->choice().name,
+             s.chat_template->choice().why,
+             s.chat_template->takes_enable_thinking()
+                 ? fmt::format(", thinking {}", opts.enable_thinking
+                                                    ? (*opts.enable_thinking ? "on" : "off")
+                                                    : "as the template defaults")
+                 : "");
 
   httplib::Server http;
   // Enough threads for every slot, the queue and a few quick requests beside them.
@@ -361,7 +385,9 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (opts.api_key.empty() || req.path == "/health")
+    // The page itself asks for the key; /health is for load balancers.
+    if (opts.api_key.empty() || req.path == "/health" ||
+        (opts.ui && req.method == "GET" && (req.path == "/" || req.path.starts_with("/ui/"))))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth == "Bearer " + opts.api_key) return httplib::Server::HandlerResponse::Unhandled;
@@ -430,6 +456,32 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
               const std::vector<int32_t> ids = parse_detokenize(req.body, s.tok());
               res.set_content(dump({{"content", s.tok().decode(ids)}}), "application/json");
             }));
+  http.Post(
+      "/apply-template", guarded(s, [&](const httplib::Request& req, httplib::Response& res) {
+        parse_body(req.body);
+        res.set_content(dump({{"prompt", render_chat(req.body, s.chat)}}), "application/json");
+      }));
+  http.Get("/props", guarded(s, [&](const httplib::Request&, httplib::Response& res) {
+             const DeviceInfo& d = s.engine->context().device().info();
+             res.set_content(dump({{"model", s.model_id},
+                                   {"device", fmt::format("{} ({})", d.id, d.name)},
+                                   {"chat_template", s.chat_template->choice().name},
+                                   {"n_ctx", s.engine->n_ctx()},
+                                   {"slots", opts.n_slots},
+                                   {"api_key_required", !opts.api_key.empty()}}),
+                             "application/json");
+           }));
+  if (opts.ui) {
+    const auto page = [](const char* name) {
+      return [name](const httplib::Request&, httplib::Response& res) {
+        const UiFile* f = find_ui_file(name);
+        res.set_content(reinterpret_cast<const char*>(f->data), f->size, f->content_type);
+      };
+    };
+    http.Get("/", page("index.html"));
+    http.Get("/ui/chat.css", page("chat.css"));
+    http.Get("/ui/chat.js", page("chat.js"));
+  }
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     if (!opts.metrics) {
       send_error(res, 501, "not_implemented_error", "metrics are off (start with --metrics)");

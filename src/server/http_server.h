@@ -2,10 +2,12 @@
 // `polystack serve`: the OpenAI-compatible HTTP API over the engine (engine/engine.h), with
 // cpp-httplib for HTTP and nlohmann-json for JSON. Routes: GET /health, GET /v1/models,
 // POST /v1/completions, POST /v1/chat/completions (both streaming as server-sent events),
-// POST /tokenize, POST /detokenize, GET /metrics. Client errors are 4xx with an OpenAI error
+// POST /tokenize, POST /detokenize, POST /apply-template, GET /props, GET /metrics, and the web
+// chat page at GET / (its files under /ui/). Client errors are 4xx with an OpenAI error
 // object, never a 500, and never stop the server.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/model_context.h"
@@ -21,6 +23,11 @@ struct ServerOptions {
   std::string alias;     // the model id; empty: the file name
   bool metrics = false;  // GET /metrics served (else 501)
   bool verbose = false;  // log prompt text
+  bool ui = true;        // the web chat page at / (--no-ui)
+  // --chat-template: a built-in's name or a file; empty: the model's own (see
+  // jinja::choose_chat_template).
+  std::string chat_template;
+  std::optional<bool> enable_thinking;  // --reasoning on|off; unset: the template's default
   ContextOptions context;
   // Called once the model is on its devices, before the server listens (the CLI prints the
   // device choice).

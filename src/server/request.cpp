@@ -135,34 +135,67 @@ std::vector<int32_t> tokenize_prompt(const json& b, const Tokenizer& tok) {
   return tok.encode(text, true, true);
 }
 
-std::vector<int32_t> chat_prompt(const json& b, const Tokenizer& tok, ChatFormat chat_format) {
+}  // namespace
+
+std::string render_chat(std::string_view body, const ChatSetup& chat) {
+  using ojson = nlohmann::ordered_json;
+  // Parsed again keeping key order: templates print tools and arguments in the order sent.
+  const ojson b = ojson::parse(body, nullptr, false);
+  if (b.is_discarded()) throw invalid("the request body is not valid JSON");
+  if (!b.is_object()) throw invalid("the request body must be a JSON object");
   if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
     throw invalid("'messages' must be a non-empty array");
-  std::vector<ChatMessage> msgs;
+  ojson vars = ojson::object();
+  ojson messages = ojson::array();
   for (size_t i = 0; i < b["messages"].size(); ++i) {
-    const json& m = b["messages"][i];
+    ojson m = b["messages"][i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw invalid(where + " must be an object with a string 'role'");
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant")
-      throw invalid(fmt::format("{}: unknown role '{}' (system, user or assistant)", where, role));
-    msgs.push_back(
-        {role, content_text(m.contains("content") ? m["content"] : json(), where + ".content")});
+    if (m["role"] == "developer") m["role"] = "system";
+    if (m.contains("content") && !m["content"].is_null())
+      m["content"] = content_text(json(m["content"]), where + ".content");
+    messages.push_back(std::move(m));
   }
-  return tok.encode(format_chat(chat_format, msgs), true, true);
+  vars["messages"] = std::move(messages);
+  // As transformers' apply_chat_template: tools and documents are None when not sent.
+  for (const char* key : {"tools", "documents"}) {
+    vars[key] = nullptr;
+    if (b.contains(key) && !b[key].is_null()) {
+      if (!b[key].is_array()) throw invalid(fmt::format("'{}' must be an array", key));
+      vars[key] = b[key];
+    }
+  }
+  if (chat.enable_thinking) vars["enable_thinking"] = *chat.enable_thinking;
+  if (b.contains("chat_template_kwargs") && !b["chat_template_kwargs"].is_null()) {
+    const ojson& kw = b["chat_template_kwargs"];
+    if (!kw.is_object()) throw invalid("'chat_template_kwargs' must be an object");
+    for (auto it = kw.begin(); it != kw.end(); ++it) {
+      if (it.key() == "messages")
+        throw invalid("'chat_template_kwargs' may not replace 'messages'");
+      vars[it.key()] = it.value();
+    }
+  }
+  vars["add_generation_prompt"] = true;
+  if (!chat.tmpl) throw ApiError(500, "server_error", "the server has no chat template");
+  try {
+    return chat.tmpl->render(std::move(vars));
+  } catch (const TemplateError& e) {
+    throw invalid(
+        e.raised()
+            ? fmt::format("the chat template refused the conversation: {}", e.message())
+            : fmt::format("the chat template failed on this conversation: {}", jinja::describe(e)));
+  }
 }
 
-}  // namespace
-
 CompletionBody parse_completion(std::string_view body, bool chat, const Tokenizer& tok,
-                                ChatFormat format, int n_ctx) {
+                                const ChatSetup& setup, int n_ctx) {
   const json b = parse_body(body);
   CompletionBody out;
   out.request = read_common(b, tok.n_vocab());
-  out.request.prompt = chat ? chat_prompt(b, tok, format) : tokenize_prompt(b, tok);
-  if (chat) out.request.stop.push_back(chat_turn_end(format));
+  // The rendered text holds the template's control tokens as text: parsed as special tokens.
+  out.request.prompt =
+      chat ? tok.encode(render_chat(body, setup), true, true) : tokenize_prompt(b, tok);
   check_fits(out.request, n_ctx);
   out.stream = boolean(b, "stream", false);
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {

@@ -5,13 +5,14 @@
 // its HTTP status and OpenAI error type; nothing else escapes for any body.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/chat_template.h"
+#include "template/chat_template.h"
 
 namespace ps {
 class Tokenizer;
@@ -45,11 +46,24 @@ struct CompletionBody {
   bool include_usage = false;  // stream_options.include_usage
 };
 
-// The body of POST /v1/completions (chat false) or /v1/chat/completions (chat true; the
-// messages formatted with `format`, the turn end a stop string). n_ctx: the tokens a slot holds;
-// a prompt that does not fit is a 400 exceed_context_size_error.
+// How chat requests are rendered: the model's chat template, and the server's default for
+// templates that take enable_thinking (--reasoning; unset: the template's own default).
+struct ChatSetup {
+  const jinja::ChatTemplate* tmpl = nullptr;
+  std::optional<bool> enable_thinking;
+};
+
+// A chat body's prompt text: its messages (roles and text content checked; text parts joined,
+// "developer" read as "system"), tools, and chat_template_kwargs (enable_thinking and any other
+// variable the template reads) rendered with the template. A template that raises, or fails
+// on the request's data, is a 400 naming the template's message.
+std::string render_chat(std::string_view body, const ChatSetup& chat);
+
+// The body of POST /v1/completions (chat false) or /v1/chat/completions (chat true: rendered
+// with render_chat). n_ctx: the tokens a slot holds; a prompt that does not fit is a 400
+// exceed_context_size_error.
 CompletionBody parse_completion(std::string_view body, bool chat, const Tokenizer& tok,
-                                ChatFormat format, int n_ctx);
+                                const ChatSetup& setup, int n_ctx);
 
 // POST /tokenize: {content, add_special} -> the ids.
 std::vector<int32_t> parse_tokenize(std::string_view body, const Tokenizer& tok);

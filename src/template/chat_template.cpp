@@ -96,7 +96,7 @@ ChatTemplateChoice choose_chat_template(const std::string& requested,
                                         std::string_view architecture) {
   if (!requested.empty()) {
     if (const char* src = builtin_template(requested))
-      return {src, requested, fmt::format("the built-in {} template (asked for)", requested)};
+      return {src, requested, "built in, named by --chat-template"};
     if (requested.find('/') == std::string::npos && requested.find('.') == std::string::npos) {
       std::string names;
       for (const std::string& n : builtin_template_names())
@@ -118,7 +118,7 @@ ChatTemplateChoice choose_chat_template(const std::string& requested,
   if (architecture == "phi3")
     return {kPhi3, "phi3",
             "the built-in phi3 template: the model file has none and its architecture is phi3"};
-  return {kChatML, "chatml", "the built-in chatml template: the model file has none"};
+  return {kChatML, "chatml", "built in: the model file has none"};
 }
 
 ChatTemplate::ChatTemplate(ChatTemplateChoice choice, std::string bos_token, std::string eos_token,

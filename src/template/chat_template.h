@@ -19,8 +19,8 @@ std::vector<std::string> builtin_template_names();
 
 struct ChatTemplateChoice {
   std::string source;  // the Jinja text
-  std::string name;    // "chatml", "the model's", a file name
-  std::string why;     // in words: "from the model file (tokenizer.chat_template)"
+  std::string name;    // "chatml", "model" (the model file's own), a file name
+  std::string why;     // in words: "the model file's tokenizer.chat_template"
 };
 
 // In this order: `requested` (a built-in's name, else a file to read), the model's own

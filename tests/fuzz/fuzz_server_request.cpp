@@ -1,5 +1,5 @@
 // libFuzzer target for the server's request bodies (server/request.h): the input is the body
-// of a request to /v1/completions, /v1/chat/completions (each chat format), /tokenize or
+// of a request to /v1/completions, /v1/chat/completions (each built-in chat template), /tokenize or
 // /detokenize, chosen by its first byte, read with a real tokenizer (stories260K's from
 // ../shared when present, else a small one built here). An ApiError is the normal outcome of a
 // bad body; any other exception, a crash, a sanitizer report or a hang is a finding.
@@ -58,6 +58,20 @@ const Vocab& vocab() {
   return v;
 }
 
+// The built-in templates a chat body is rendered with.
+const ps::server::ChatSetup* chat_setups() {
+  static const std::vector<std::unique_ptr<ps::jinja::ChatTemplate>> templates = [] {
+    std::vector<std::unique_ptr<ps::jinja::ChatTemplate>> t;
+    for (const char* name : {"chatml", "gemma", "llama3"})
+      t.push_back(std::make_unique<ps::jinja::ChatTemplate>(
+          ps::jinja::choose_chat_template(name, "", "llama"), "<s>", "</s>", true));
+    return t;
+  }();
+  static const ps::server::ChatSetup setups[] = {
+      {templates[0].get(), std::nullopt}, {templates[1].get(), true}, {templates[2].get(), false}};
+  return setups;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -67,11 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t route = data[0] % 8;
   try {
     if (route < 5) {
-      const ps::server::ChatFormat formats[] = {ps::server::ChatFormat::ChatML,
-                                                ps::server::ChatFormat::Gemma,
-                                                ps::server::ChatFormat::Llama3};
       const bool chat = route >= 2;
-      ps::server::parse_completion(body, chat, tok, formats[chat ? route - 2 : 0],
+      ps::server::parse_completion(body, chat, tok, chat_setups()[chat ? route - 2 : 0],
                                    /*n_ctx=*/256);
     } else if (route < 7) {
       ps::server::parse_tokenize(body, tok);

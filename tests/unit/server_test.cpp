@@ -1,4 +1,4 @@
-// The server's text handling without HTTP: chat formats from template markers, and the request
+// The server's text handling without HTTP: chat requests rendered with templates, and the request
 // bodies read without HTTP (server/request.h), each malformed field a 400 naming it and random
 // damage to a valid body never giving anything but an ApiError. The engine's own tests are in
 // engine_test.cpp.
@@ -11,9 +11,9 @@
 
 #include "core/error.h"
 #include "engine/model_context.h"
-#include "server/chat_template.h"
 #include "server/request.h"
 #include "stories_model.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps::server {
@@ -21,31 +21,78 @@ namespace {
 
 using test::stories;
 
-TEST(ChatTemplate, FormatsFromMarkers) {
-  EXPECT_EQ(detect_chat_format("{{ '<start_of_turn>' + role }}", "llama"), ChatFormat::Gemma);
-  EXPECT_EQ(detect_chat_format("<|start_header_id|>{{ m.role }}", "llama"), ChatFormat::Llama3);
-  EXPECT_EQ(detect_chat_format("<|im_start|>", "qwen2"), ChatFormat::ChatML);
-  EXPECT_EQ(detect_chat_format("", "gemma3"), ChatFormat::Gemma);
-  EXPECT_EQ(detect_chat_format("", "llama"), ChatFormat::ChatML);
-  const std::vector<ChatMessage> m = {
-      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}};
-  EXPECT_EQ(format_chat(ChatFormat::Gemma, m),
-            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello."
-            "<end_of_turn>\n<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n");
-  EXPECT_EQ(format_chat(ChatFormat::Llama3, {{"user", "Hi"}}),
-            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(format_chat(ChatFormat::ChatML, {{"system", "S"}, {"user", "Hi"}}),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\n");
-  EXPECT_THROW(format_chat(ChatFormat::ChatML, {{"tool", "x"}}), UsageError);
-  EXPECT_EQ(chat_turn_end(ChatFormat::Gemma), "<end_of_turn>");
+// A chat setup on one of the built-in templates.
+struct Chat {
+  jinja::ChatTemplate tmpl;
+  ChatSetup setup;
+  explicit Chat(const char* name, std::optional<bool> thinking = std::nullopt)
+      : tmpl(jinja::choose_chat_template(name, "", "llama"), "<s>", "</s>", true) {
+    setup.tmpl = &tmpl;
+    setup.enable_thinking = thinking;
+  }
+};
+
+TEST(ServerChat, MessagesToolsAndKwargsReachTheTemplate) {
+  Chat chatml("chatml");
+  EXPECT_EQ(
+      render_chat(R"({"messages": [{"role": "developer", "content": "S"},
+                                           {"role": "user", "content": [{"type": "text", "text": "H"},
+                                                                        {"type": "text", "text": "i"}]}]})",
+                  chatml.setup),
+      "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // A template of one's own reads tools, kwargs and the server's thinking default; key order is
+  // the request's.
+  const char* src =
+      "{{ bos_token }}{{ tools | tojson }}|{{ enable_thinking }}|{{ flavour | default('none') }}|"
+      "{{ messages | length }}";
+  jinja::ChatTemplate own({src, "test", "a test template"}, "<s>", "</s>", true);
+  ChatSetup setup{&own, false};
+  EXPECT_EQ(render_chat(R"({"messages": [{"role": "user", "content": "x"}],
+                            "tools": [{"z": 1, "a": 2}]})",
+                        setup),
+            R"([{"z": 1, "a": 2}]|False|none|1)");  // the leading BOS text is stripped
+  EXPECT_EQ(render_chat(R"({"messages": [{"role": "user", "content": "x"}],
+                            "chat_template_kwargs": {"enable_thinking": true, "flavour": "mint"}})",
+                        setup),
+            "null|True|mint|1");
+}
+
+TEST(ServerChat, TemplateFailuresAreClientErrorsNamingTheTemplatesMessage) {
+  Chat gemma("gemma");
+  try {
+    render_chat(R"({"messages": [{"role": "tool", "content": "x"}]})", gemma.setup);
+    FAIL() << "a role gemma has no turn for rendered";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(std::string(e.what()),
+              "the chat template refused the conversation: Gemma's turns are user and assistant "
+              "(got 'tool')");
+  }
+  jinja::ChatTemplate broken({"{{ messages[0].content.upper() + 1 }}", "test", "test"}, "", "",
+                             false);
+  ChatSetup setup{&broken, std::nullopt};
+  try {
+    render_chat(R"({"messages": [{"role": "user", "content": "x"}]})", setup);
+    FAIL() << "str + int rendered";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the chat template failed on this conversation: template line 1: can only "
+              "concatenate str (not \"int\") to str");
+  }
+  EXPECT_THROW(render_chat(R"({"messages": [{"role": "user", "content": "x"}],
+                               "chat_template_kwargs": [1]})",
+                           setup),
+               ApiError);
+  EXPECT_THROW(
+      render_chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", setup),
+      ApiError);
 }
 
 // The status, type and message of the error a body gives ("" when it parses).
 std::string error_of(const Tokenizer& tok, std::string_view body, bool chat = false) {
+  Chat chatml("chatml");
   try {
-    parse_completion(body, chat, tok, ChatFormat::ChatML, 64);
+    parse_completion(body, chat, tok, chatml.setup, 64);
   } catch (const ApiError& e) {
     return fmt::format("{} {}: {}", e.status, e.type, e.what());
   }
@@ -71,9 +118,8 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
             "400 invalid_request_error: token id 999999 is outside the vocabulary");
   EXPECT_EQ(error_of(tok, R"({"prompt": "a", "stream_options": 3})"),
             "400 invalid_request_error: 'stream_options' must be an object");
-  EXPECT_EQ(error_of(tok, R"({"messages": [{"role": "wizard", "content": "hi"}]})", true),
-            "400 invalid_request_error: messages[0]: unknown role 'wizard' (system, user or "
-            "assistant)");
+  EXPECT_EQ(error_of(tok, R"({"messages": [{"role": 7, "content": "hi"}]})", true),
+            "400 invalid_request_error: messages[0] must be an object with a string 'role'");
   const std::string long_prompt = fmt::format(R"({{"prompt": "{}"}})", std::string(200, 'a'));
   EXPECT_EQ(error_of(tok, long_prompt).substr(0, 30), "400 exceed_context_size_error:");
 }
@@ -85,17 +131,18 @@ TEST(ServerRequest, ValidBodiesGiveTheEngineRequest) {
   const CompletionBody c = parse_completion(
       R"({"prompt": "Once upon", "max_tokens": 5, "stop": ["x", "y"], "stream": true,
           "stream_options": {"include_usage": true}, "seed": 3, "temperature": 0})",
-      false, tok, ChatFormat::ChatML, 64);
+      false, tok, Chat("chatml").setup, 64);
   EXPECT_EQ(c.request.prompt, tok.encode("Once upon", true, true));
   EXPECT_EQ(c.request.max_tokens, 5);
   EXPECT_EQ(c.request.stop, (std::vector<std::string>{"x", "y"}));
   EXPECT_TRUE(c.stream && c.include_usage);
+  Chat chatml("chatml");
   const CompletionBody chat = parse_completion(
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})", true, tok,
-      ChatFormat::ChatML, 64);
+      chatml.setup, 64);
   EXPECT_EQ(chat.request.prompt,
             tok.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", true, true));
-  EXPECT_EQ(chat.request.stop.back(), "<|im_end|>");
+  EXPECT_TRUE(chat.request.stop.empty());  // the end-of-turn tokens end a reply
   EXPECT_EQ(parse_detokenize(R"({"tokens": [1, 2]})", tok), (std::vector<int32_t>{1, 2}));
   EXPECT_THROW(parse_detokenize(R"({"tokens": [-1]})", tok), ApiError);
   EXPECT_THROW(parse_tokenize(R"({"content": 1})", tok), ApiError);
@@ -108,6 +155,7 @@ TEST(ServerRequest, DamagedBodiesOnlyEverGiveApiErrors) {
   const std::string valid =
       R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "top_k": 3,
           "stop": "x", "stream": false, "prompt": [1, 2, 3], "n": 1})";
+  Chat gemma("gemma");
   std::mt19937 rng(11);
   const std::string alphabet = "{}[]\":,0123456789-.eE tfnulrs\\\xff\x80";
   int parsed = 0;
@@ -123,7 +171,7 @@ TEST(ServerRequest, DamagedBodiesOnlyEverGiveApiErrors) {
     }
     for (bool chat : {false, true}) {
       try {
-        parse_completion(s, chat, tok, ChatFormat::Gemma, 64);
+        parse_completion(s, chat, tok, gemma.setup, 64);
         ++parsed;
       } catch (const ApiError&) {
       }
