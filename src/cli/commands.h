@@ -19,6 +19,7 @@ Action add_quantize(CLI::App& app);
 Action add_doctor(CLI::App& app);
 Action add_serve(CLI::App& app);
 Action add_template(CLI::App& app);
+Action add_chat(CLI::App& app);
 
 // Reads a whole file's bytes exactly; UsageError naming the file on failure.
 std::string read_file_bytes(const std::string& path);

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   actions["doctor"] = ps::cli::add_doctor(app);
   actions["serve"] = ps::cli::add_serve(app);
   actions["template"] = ps::cli::add_template(app);
+  actions["chat"] = ps::cli::add_chat(app);
   // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg), which CLI11 does not
   // take: their long forms here.
   std::vector<std::string> args(argv, argv + argc);

@@ -67,7 +67,39 @@ std::string map_chars(const std::string& s, uint32_t (*f)(uint32_t)) {
   for (uint32_t c : code_points(s)) append_utf8(out, f(c));
   return out;
 }
-std::string upper(const std::string& s) { return map_chars(s, to_upper); }
+// str.upper() with Python's special casings that grow a character (sharp s, ligatures).
+std::string upper(const std::string& s) {
+  std::string out;
+  for (uint32_t c : code_points(s)) {
+    switch (c) {
+      case 0xdf:
+        out += "SS";
+        break;
+      case 0xfb00:
+        out += "FF";
+        break;
+      case 0xfb01:
+        out += "FI";
+        break;
+      case 0xfb02:
+        out += "FL";
+        break;
+      case 0xfb03:
+        out += "FFI";
+        break;
+      case 0xfb04:
+        out += "FFL";
+        break;
+      case 0xfb05:
+      case 0xfb06:
+        out += "ST";
+        break;
+      default:
+        append_utf8(out, to_upper(c));
+    }
+  }
+  return out;
+}
 std::string lower(const std::string& s) { return map_chars(s, to_lower); }
 
 std::string capitalize(const std::string& s) {
@@ -568,33 +600,47 @@ std::string join(const Value& seq, const std::string& sep, const Value& attribut
   return out;
 }
 
-std::string indent(const std::string& s, const Value& width, bool first, bool blank) {
+// str.splitlines(): every line boundary Python knows, the boundaries dropped (or kept).
+std::vector<std::string> splitlines(const std::string& s, bool keep = false) {
+  std::vector<std::string> out;
+  std::vector<uint32_t> cps = code_points(s);
+  size_t start = 0;
+  for (size_t k = 0; k < cps.size(); ++k) {
+    const uint32_t c = cps[k];
+    const bool boundary = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c ||
+                          c == 0x1d || c == 0x1e || c == 0x85 || c == 0x2028 || c == 0x2029;
+    if (!boundary) continue;
+    const size_t end = k;
+    if (c == '\r' && k + 1 < cps.size() && cps[k + 1] == '\n') ++k;
+    out.push_back(encode(cps, start, keep ? k + 1 : end));
+    start = k + 1;
+  }
+  if (start < cps.size()) out.push_back(encode(cps, start));
+  return out;
+}
+
+// jinja2's indent filter, step by step (a newline is added first so that a trailing newline
+// gives a last, empty line).
+std::string indent(const Value& v, const Value& width, bool first, bool blank) {
+  if (!v.is_string()) {
+    if (v.is_undefined()) fail_undefined(v);
+    type_error(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  }
   const std::string pad =
       width.is_string()
           ? width.s
           : std::string(size_t(std::clamp<int64_t>(to_int_arg(width, "width"), 0, 4096)), ' ');
-  // jinja2 splits with str.splitlines(), then joins with "\n" + pad (blank lines left alone
-  // unless `blank`), keeping a trailing newline.
-  std::vector<std::string> lines;
-  size_t start = 0;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] == '\n' || s[k] == '\r') {
-      lines.push_back(s.substr(start, k - start));
-      if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
-      start = k + 1;
-    }
-  }
-  const bool trailing = start == s.size() && !s.empty();
-  if (start < s.size()) lines.push_back(s.substr(start));
+  const std::vector<std::string> lines = splitlines(v.s + "\n");
   std::string out;
-  for (size_t k = 0; k < lines.size(); ++k) {
-    if (k) out += '\n';
-    const bool is_blank = strip(lines[k], Value::undefined(), true, true).empty();
-    if ((k > 0 || first) && (blank || !is_blank)) out += pad;
-    out += lines[k];
-    check_size(out.size());
+  if (blank) {
+    for (size_t k = 0; k < lines.size(); ++k) out += (k ? "\n" + pad : "") + lines[k];
+  } else if (!lines.empty()) {
+    out = lines[0];
+    for (size_t k = 1; k < lines.size(); ++k)
+      out += "\n" + (lines[k].empty() ? "" : pad) + lines[k];
   }
-  if (trailing) out += '\n';
+  if (first) out = pad + out;
+  check_size(out.size());
   return out;
 }
 
@@ -659,17 +705,37 @@ Value round_value(const Value& v, int64_t precision, const std::string& method) 
     if (v.is_undefined()) fail_undefined(v);
     type_error(fmt::format("type {} doesn't define __round__ method", type_name(v)));
   }
+  if (method != "common" && method != "ceil" && method != "floor")
+    type_error("method must be common, ceil or floor");
+  precision = std::clamp<int64_t>(precision, -300, 300);
+  if (v.kind != Value::Kind::Float && method == "common") {
+    // round(int, n) stays an int: unchanged for n >= 0, to a multiple of 10^-n (ties to even)
+    // below.
+    const int64_t x = v.kind == Value::Kind::Bool ? v.b : v.i;
+    if (precision >= 0) return Value::integer(x);
+    if (precision < -18) return Value::integer(0);
+    int64_t m = 1;
+    for (int64_t k = 0; k < -precision; ++k) m *= 10;
+    int64_t q = x / m, r = x % m;
+    if (r < 0) r += m, --q;
+    if (2 * r > m || (2 * r == m && (q & 1))) ++q;
+    int64_t out;
+    if (__builtin_mul_overflow(q, m, &out)) type_error("integer overflow");
+    return Value::integer(out);
+  }
   const double x = v.as_double();
+  if (!std::isfinite(x)) return Value::number(x);
   if (method == "common") {
-    // Python's round(): exact decimal rounding, ties to even.
-    if (!std::isfinite(x)) return Value::number(x);
-    const std::string s = fmt::format("{:.{}f}", x, int(std::clamp<int64_t>(precision, 0, 300)));
-    return Value::number(std::strtod(s.c_str(), nullptr));
+    if (precision >= 0) {
+      // Python's round(): exact decimal rounding, ties to even.
+      const std::string s = fmt::format("{:.{}f}", x, int(precision));
+      return Value::number(std::strtod(s.c_str(), nullptr));
+    }
+    const double m = std::pow(10.0, double(-precision));
+    return Value::number(std::nearbyint(x / m) * m);
   }
   const double m = std::pow(10.0, double(precision));
-  if (method == "ceil") return Value::number(std::ceil(x * m) / m);
-  if (method == "floor") return Value::number(std::floor(x * m) / m);
-  type_error("method must be common, ceil or floor");
+  return Value::number(method == "ceil" ? std::ceil(x * m) / m : std::floor(x * m) / m);
 }
 
 std::string html_escape(const std::string& s) {
@@ -716,11 +782,29 @@ Value like(const Value& input, std::string s) {
 
 List sorted(List items, bool reverse, bool case_sensitive, const Value& attribute) {
   const bool by_attr = !(attribute.is_undefined() || attribute.is_none());
+  std::vector<std::string> attrs;
+  if (by_attr) {
+    const std::string all = to_str(attribute);
+    for (size_t start = 0;;) {
+      const size_t comma = all.find(',', start);
+      attrs.push_back(all.substr(start, comma == std::string::npos ? comma : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   std::vector<std::pair<Value, size_t>> keyed;
-  for (size_t k = 0; k < items.size(); ++k)
-    keyed.emplace_back(
-        sort_key(by_attr ? attribute_of(items[k], to_str(attribute)) : items[k], case_sensitive),
-        k);
+  for (size_t k = 0; k < items.size(); ++k) {
+    Value key;
+    if (attrs.size() > 1) {
+      List parts;
+      for (const auto& at : attrs)
+        parts.push_back(sort_key(attribute_of(items[k], at), case_sensitive));
+      key = Value::make_list(std::move(parts), true);
+    } else {
+      key = sort_key(by_attr ? attribute_of(items[k], attrs[0]) : items[k], case_sensitive);
+    }
+    keyed.emplace_back(std::move(key), k);
+  }
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
     return reverse ? compare(b.first, a.first) < 0 : compare(a.first, b.first) < 0;
   });
@@ -744,6 +828,8 @@ bool select_test(const Value& v, const CallArgs& args, size_t first) {
   return apply_test(to_str(args.pos[first]), v, rest);
 }
 
+bool is_method(const Value& obj, const std::string& name);
+
 using FilterFn = Value (*)(const Value&, const CallArgs&);
 
 std::string str_of(const Value& v) { return to_str(v); }
@@ -762,7 +848,12 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          type_error(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
        }},
       {"attr",
-       [](const Value& v, const CallArgs& a) { return get_attr(v, to_str(a.get(0, "name"))); }},
+       [](const Value& v, const CallArgs& a) {
+         const std::string name = to_str(a.get(0, "name"));
+         if (v.is_dict() && !v.namespace_ && !is_method(v, name))
+           return Value::undefined(fmt::format("'dict object' has no attribute '{}'", name));
+         return get_attr(v, name);
+       }},
       {"batch",
        [](const Value& v, const CallArgs& a) {
          const int64_t n = to_int_arg(a.get(0, "linecount"), "linecount");
@@ -785,10 +876,10 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
        [](const Value& v, const CallArgs&) { return like(v, capitalize(str_of(v))); }},
       {"center",
        [](const Value& v, const CallArgs& a) {
-         return Value::string(apply_spec(
-             Value::string(str_of(v)),
-             "^" + std::to_string(std::clamp<int64_t>(
-                       to_int_arg(a.get(0, "width", Value::integer(80)), "width"), 0, 100000))));
+         if (a.pos.size() + a.kw.size() > 1) type_error("center() takes the width only");
+         CallArgs w;
+         w.pos.push_back(a.get(0, "width", Value::integer(80)));
+         return call_method(Value::string(str_of(v)), "center", w);
        }},
       {"count", [](const Value& v, const CallArgs& a) { return apply_filter("length", v, a); }},
       {"d", [](const Value& v, const CallArgs& a) { return apply_filter("default", v, a); }},
@@ -881,8 +972,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
        }},
       {"indent",
        [](const Value& v, const CallArgs& a) {
-         if (v.is_undefined()) fail_undefined(v);
-         return make_string(indent(str_of(v), a.get(0, "width", Value::integer(4)),
+         return make_string(indent(v, a.get(0, "width", Value::integer(4)),
                                    truthy(a.get(1, "first", Value::boolean(false))),
                                    truthy(a.get(2, "blank", Value::boolean(false)))));
        }},
@@ -1044,6 +1134,24 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
            if (select_test(attribute_of(x, attr), a, 1)) out.push_back(x);
          return generator(std::move(out));
        }},
+      {"slice",
+       [](const Value& v, const CallArgs& a) {
+         const int64_t n = to_int_arg(a.get(0, "slices"), "slices");
+         if (n <= 0 || n > 100000) type_error("slices must be between 1 and 100000");
+         const Value fill = a.get(1, "fill_with", Value::none());
+         List seq = iterate(v), out;
+         const int64_t len = int64_t(seq.size()), per = len / n, extra = len % n;
+         int64_t offset = 0;
+         for (int64_t k = 0; k < n; ++k) {
+           const int64_t start = offset + k * per;
+           if (k < extra) ++offset;
+           const int64_t end = offset + (k + 1) * per;
+           List part(seq.begin() + start, seq.begin() + end);
+           if (!fill.is_none() && k >= extra) part.push_back(fill);
+           out.push_back(Value::make_list(std::move(part)));
+         }
+         return generator(std::move(out));
+       }},
       {"sort",
        [](const Value& v, const CallArgs& a) {
          return Value::make_list(sorted(
@@ -1143,15 +1251,10 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"eq", [](const Value& v, const CallArgs& a) { return equals(v, a.get(0, "other")); }},
       {"equalto", [](const Value& v, const CallArgs& a) { return equals(v, a.get(0, "other")); }},
       {"==", [](const Value& v, const CallArgs& a) { return equals(v, a.get(0, "other")); }},
-      {"escaped", [](const Value&, const CallArgs&) { return false; }},
+      {"escaped", [](const Value& v, const CallArgs&) { return v.is_string() && v.markup; }},
       {"even",
        [](const Value& v, const CallArgs&) {
-         if (!is_integer(v) && v.kind != Value::Kind::Bool) {
-           if (v.is_undefined()) fail_undefined(v);
-           type_error(
-               fmt::format("unsupported operand type(s) for %: '{}' and 'int'", type_name(v)));
-         }
-         return (v.kind == Value::Kind::Bool ? int64_t(v.b) : v.i) % 2 == 0;
+         return truthy(binary_op("==", binary_op("%", v, Value::integer(2)), Value::integer(0)));
        }},
       {"false",
        [](const Value& v, const CallArgs&) { return v.kind == Value::Kind::Bool && !v.b; }},
@@ -1197,12 +1300,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
        }},
       {"odd",
        [](const Value& v, const CallArgs&) {
-         if (!is_integer(v) && v.kind != Value::Kind::Bool) {
-           if (v.is_undefined()) fail_undefined(v);
-           type_error(
-               fmt::format("unsupported operand type(s) for %: '{}' and 'int'", type_name(v)));
-         }
-         return (v.kind == Value::Kind::Bool ? int64_t(v.b) : v.i) % 2 != 0;
+         return truthy(binary_op("==", binary_op("%", v, Value::integer(2)), Value::integer(1)));
        }},
       {"sameas",
        [](const Value& v, const CallArgs& a) {
@@ -1298,17 +1396,8 @@ Value str_method(const std::string& s, const std::string& name, const CallArgs& 
   }
   if (name == "splitlines") {
     List out;
-    size_t start = 0;
-    const bool keep = truthy(arg(0, "keepends", Value::boolean(false)));
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (s[k] == '\n' || s[k] == '\r') {
-        size_t e = k;
-        if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
-        out.push_back(Value::string(s.substr(start, (keep ? k + 1 : e) - start)));
-        start = k + 1;
-      }
-    }
-    if (start < s.size()) out.push_back(Value::string(s.substr(start)));
+    for (auto& l : splitlines(s, truthy(arg(0, "keepends", Value::boolean(false)))))
+      out.push_back(Value::string(std::move(l)));
     return Value::make_list(std::move(out));
   }
   if (name == "startswith" || name == "endswith")
@@ -1519,6 +1608,9 @@ Value get_attr(const Value& obj, const std::string& name) {
     return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_desc(obj), name));
   }
   if (is_unsafe_method(obj, name)) return unsafe(obj, name);
+  // groupby's (grouper, list) pairs are named tuples.
+  if (obj.is_list() && obj.tuple && obj.list->size() == 2 && (name == "grouper" || name == "list"))
+    return (*obj.list)[name == "grouper" ? 0 : 1];
   if (is_method(obj, name)) {
     Value self = obj;
     return Value::function(name, [self, name](CallArgs& a) { return call_method(self, name, a); });

@@ -104,20 +104,16 @@ ChatTemplateChoice choose_chat_template(const std::string& requested,
       throw UsageError(
           fmt::format("unknown chat template '{}': a built-in ({}) or a file", requested, names));
     }
-    return {read_text_file(requested), requested,
-            fmt::format("the file {} (asked for)", requested)};
+    return {read_text_file(requested), requested, "a file named by --chat-template"};
   }
   if (!model_template.empty())
-    return {std::string(model_template), "the model's",
-            "from the model file (tokenizer.chat_template)"};
+    return {std::string(model_template), "model", "the model file's tokenizer.chat_template"};
   if (architecture.starts_with("gemma"))
-    return {kGemma, "gemma",
-            fmt::format(
-                "the built-in gemma template: the model file has none and its architecture is {}",
-                architecture)};
+    return {
+        kGemma, "gemma",
+        fmt::format("built in: the model file has none and its architecture is {}", architecture)};
   if (architecture == "phi3")
-    return {kPhi3, "phi3",
-            "the built-in phi3 template: the model file has none and its architecture is phi3"};
+    return {kPhi3, "phi3", "built in: the model file has none and its architecture is phi3"};
   return {kChatML, "chatml", "built in: the model file has none"};
 }
 

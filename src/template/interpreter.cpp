@@ -318,9 +318,13 @@ class Renderer {
       *last_changed = a.pos;
       return Value::boolean(true);
     });
+    // As jinja2: each iteration starts from the scope outside the loop, and the else block
+    // runs unless some iteration reached the end of its body.
+    bool completed = false;
     for (int64_t k = 0; k < n; ++k) {
       step();
       *index = k;
+      loop_frame = new_frame(f);
       Value loop = Value::make_dict();
       Dict& d = *loop.dict;
       d.items.reserve(14);
@@ -344,8 +348,10 @@ class Renderer {
       loop_frame->vars["loop"] = std::move(loop);
       assign(s.target, items[size_t(k)], loop_frame);
       const Flow flow = exec(s.body, loop_frame, out);
+      if (flow == Flow::Normal) completed = true;
       if (flow == Flow::Break) break;
     }
+    if (!completed) return exec(s.else_body, new_frame(f), out);
     return Flow::Normal;
   }
 

@@ -288,9 +288,11 @@ class Lexer {
         number();
         continue;
       }
-      if (std::isalpha(uint8_t(c)) || c == '_') {
+      if (std::isalpha(uint8_t(c)) || c == '_' || uint8_t(c) >= 0x80) {
         size_t e = pos_;
-        while (e < src_.size() && (std::isalnum(uint8_t(src_[e])) || src_[e] == '_')) ++e;
+        while (e < src_.size() &&
+               (std::isalnum(uint8_t(src_[e])) || src_[e] == '_' || uint8_t(src_[e]) >= 0x80))
+          ++e;
         tokens_.push_back({Token::Kind::Name, src_.substr(pos_, e - pos_), line_});
         pos_ = e;
         continue;
@@ -332,6 +334,30 @@ class Lexer {
 
   void number() {
     size_t e = pos_;
+    if (src_[pos_] == '0' && pos_ + 2 < src_.size() &&
+        (src_[pos_ + 1] == 'x' || src_[pos_ + 1] == 'X' || src_[pos_ + 1] == 'o' ||
+         src_[pos_ + 1] == 'O' || src_[pos_ + 1] == 'b' || src_[pos_ + 1] == 'B')) {
+      const char kind = char(std::tolower(uint8_t(src_[pos_ + 1])));
+      const int base = kind == 'x' ? 16 : kind == 'o' ? 8 : 2;
+      e = pos_ + 2;
+      unsigned long long v = 0;
+      bool any = false;
+      for (; e < src_.size(); ++e) {
+        if (src_[e] == '_') continue;
+        const int d = hex_value(src_[e]);
+        if (d < 0 || d >= base) break;
+        if (v > (~0ull - unsigned(d)) / unsigned(base))
+          throw TemplateError("integer literal too large", line_);
+        v = v * unsigned(base) + unsigned(d);
+        any = true;
+      }
+      if (!any) throw TemplateError("malformed integer literal", line_);
+      tokens_.push_back({Token::Kind::Integer, std::to_string(v), line_});
+      pos_ = e;
+      return;
+    }
+    // After a '.', digits are an index (`x.0.1`), never a float's fraction.
+    const bool after_dot = pos_ > 0 && src_[pos_ - 1] == '.';
     const auto digits = [&](size_t& p) {
       const size_t start = p;
       while (p < src_.size() && (std::isdigit(uint8_t(src_[p])) ||
@@ -342,12 +368,12 @@ class Lexer {
     };
     digits(e);
     bool is_float = false;
-    if (e + 1 < src_.size() && src_[e] == '.' && std::isdigit(uint8_t(src_[e + 1]))) {
+    if (!after_dot && e + 1 < src_.size() && src_[e] == '.' && std::isdigit(uint8_t(src_[e + 1]))) {
       ++e;
       digits(e);
       is_float = true;
     }
-    if (e < src_.size() && (src_[e] == 'e' || src_[e] == 'E')) {
+    if (!after_dot && e < src_.size() && (src_[e] == 'e' || src_[e] == 'E')) {
       size_t p = e + 1;
       if (p < src_.size() && (src_[p] == '+' || src_[p] == '-')) ++p;
       if (digits(p)) e = p, is_float = true;

