@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/thinking.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -52,44 +53,6 @@ const char* kHelp =
     "/exit           leave (also Ctrl-D, or Ctrl-C twice at the prompt)\n"
     "A line ending in \\ continues on the next line; \"\"\" on its own line starts and ends a\n"
     "block of several lines. Ctrl-C stops a reply.\n";
-
-// Splits a streamed reply into thinking (between <think> and </think>) and answer, pieces at a
-// time: a tag may arrive split over pieces, so text that could start one is held back.
-class ThinkSplitter {
- public:
-  explicit ThinkSplitter(bool thinking) : thinking_(thinking) {}
-  struct Out {
-    std::string think, answer;
-  };
-  Out feed(const std::string& piece, bool last) {
-    pending_ += piece;
-    Out out;
-    for (;;) {
-      const std::string tag = thinking_ ? "</think>" : "<think>";
-      const size_t at = pending_.find(tag);
-      if (at != std::string::npos) {
-        (thinking_ ? out.think : out.answer) += pending_.substr(0, at);
-        pending_.erase(0, at + tag.size());
-        thinking_ = !thinking_;
-        continue;
-      }
-      size_t keep = 0;
-      if (!last)
-        for (size_t k = std::min(tag.size() - 1, pending_.size()); k > 0; --k)
-          if (pending_.compare(pending_.size() - k, k, tag, 0, k) == 0) {
-            keep = k;
-            break;
-          }
-      (thinking_ ? out.think : out.answer) += pending_.substr(0, pending_.size() - keep);
-      pending_.erase(0, pending_.size() - keep);
-      return out;
-    }
-  }
-
- private:
-  bool thinking_;
-  std::string pending_;
-};
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
@@ -257,7 +220,7 @@ class Chat {
     // A template that opens the thinking block itself (its generation prompt ends in <think>)
     // starts the reply inside it.
     const std::string tail = trim(text);
-    ThinkSplitter split(tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0);
+    ThinkingSplitter split(tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0);
     const bool dim = tty_ && isatty(STDOUT_FILENO);
     std::string answer, thinking;
     bool in_dim = false;
@@ -270,12 +233,12 @@ class Chat {
       }
       std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(50));
       if (!e) continue;
-      const ThinkSplitter::Out out = split.feed(e->text, e->done);
-      thinking += out.think;
+      const ThinkingSplitter::Parts out = split.feed(e->text, e->done);
+      thinking += out.thinking;
       answer += out.answer;
-      if (!out.think.empty() && !o_.hide_thinking) {
+      if (!out.thinking.empty() && !o_.hide_thinking) {
         if (dim && !in_dim) std::fputs("\x1b[2m", stdout), in_dim = true;
-        std::fwrite(out.think.data(), 1, out.think.size(), stdout);
+        std::fwrite(out.thinking.data(), 1, out.thinking.size(), stdout);
       }
       if (!out.answer.empty()) {
         if (in_dim) std::fputs("\x1b[0m", stdout), in_dim = false;

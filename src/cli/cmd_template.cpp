@@ -57,8 +57,8 @@ Action add_template(CLI::App& app) {
     nlohmann::ordered_json vars;
     try {
       vars = nlohmann::ordered_json::parse(read_file_bytes(o->messages));
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(fmt::format("{}: not JSON: {}", o->messages, e.what()));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw UsageError(fmt::format("{}: not JSON (at byte {})", o->messages, e.byte));
     }
     if (!vars.is_object() || !vars.contains("messages"))
       throw UsageError(fmt::format("{}: expected an object with \"messages\"", o->messages));

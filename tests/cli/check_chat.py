@@ -9,7 +9,9 @@ With the default chat model (SmolLM2-135M-Instruct, or --model), greedy:
   turn sees the loaded conversation;
 - /help, an unknown command, a multi-line message (a line ending in \\);
 - at the prompt Ctrl-C once says how to leave, Ctrl-D leaves with exit status 0.
-Also scripted (stdin not a terminal): one reply per input line.
+Also scripted (stdin not a terminal): one reply per input line; and a template that opens a
+thinking block: the reply shown as thinking, hidden by --hide-thinking, saved apart from the
+answer.
 
 Exits 77 (skipped) when no chat model is installed.
 """
@@ -116,7 +118,33 @@ def main():
         return 1
     print(f"scripted: {lines}")
 
+    # A template whose generation prompt opens a thinking block: the whole reply is thinking
+    # (the model never closes it), shown with the answer empty, hidden with --hide-thinking,
+    # and saved as reasoning_content, not content.
     tmp = tempfile.mkdtemp()
+    thinking_tmpl = os.path.join(tmp, "think.jinja")
+    with open(thinking_tmpl, "w") as f:
+        f.write("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                "{% endfor %}<|im_start|>assistant\n<think>\n")
+    saved_think = os.path.join(tmp, "think.json")
+    runs = {}
+    for hide in (False, True):
+        r = subprocess.run(base + ["--chat-template", thinking_tmpl, "-n", "12"] +
+                           (["--hide-thinking"] if hide else []),
+                           input=f"What is the capital of Japan?\n/save {saved_think}\n",
+                           capture_output=True, text=True, timeout=300)
+        runs[hide] = r.stdout
+        if r.returncode != 0:
+            print(f"FAIL thinking chat: exit {r.returncode}: {r.stderr[-300:]}")
+            return 1
+    saved_msg = json.load(open(saved_think))["messages"][-1]
+    if not runs[False].strip() or runs[True].strip() or saved_msg.get("content") != "" or \
+            not saved_msg.get("reasoning_content"):
+        print(f"FAIL thinking: shown {runs[False]!r}, hidden {runs[True]!r}, saved {saved_msg!r}")
+        return 1
+    print(f"thinking: shown {runs[False].strip()!r}, hidden with --hide-thinking, saved as "
+          f"reasoning_content")
+
     saved = os.path.join(tmp, "conversation.json")
     t = Terminal(base + ["-v"])
     try:

