@@ -17,9 +17,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/chat_setup.h"
 #include "engine/engine.h"
 #include "engine/thinking.h"
-#include "gguf/gguf.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "template/chat_template.h"
@@ -335,12 +335,7 @@ Action add_chat(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
   cmd->add_option("--system", o->co.system, "The system prompt");
-  cmd->add_option("--chat-template", o->chat_template,
-                  "Chat template: a built-in (chatml, llama3, gemma, phi3) or a Jinja file "
-                  "(default: the model's own)");
-  cmd->add_option("--reasoning", o->reasoning,
-                  "on|off: enable_thinking for templates that take it (default: the template's)")
-      ->check(CLI::IsMember({"on", "off"}));
+  add_chat_template_flags(cmd, o->chat_template, o->reasoning);
   cmd->add_flag("--hide-thinking", o->co.hide_thinking, "Do not show the model's thinking");
   cmd->add_flag("-v,--verbose", o->co.verbose,
                 "After each reply: its prompt tokens (kept and evaluated), tokens and speed");
@@ -364,24 +359,9 @@ Action add_chat(CLI::App& app) {
     Engine engine(model, o->mf.context, /*n_slots=*/1, /*max_queue=*/0);
     print_device_choice(engine.context());
     const Tokenizer& tok = *model->tokenizer;
-    const gguf::Value* t = model->file->find("tokenizer.chat_template");
-    jinja::ChatTemplateChoice tc = jinja::choose_chat_template(
-        o->chat_template, t && t->type == gguf::ValueType::STRING ? t->str : std::string_view(),
-        model->model->params().architecture);
-    const std::string why = tc.why, name = tc.name;
-    std::unique_ptr<jinja::ChatTemplate> tmpl;
-    try {
-      tmpl = std::make_unique<jinja::ChatTemplate>(
-          std::move(tc), tok.bos() >= 0 ? tok.token_to_piece(tok.bos(), true) : "",
-          tok.eos() >= 0 ? tok.token_to_piece(tok.eos(), true) : "", tok.adds_bos());
-    } catch (const TemplateError& e) {
-      throw UsageError(
-          fmt::format("the chat template ({}) cannot be used: {}; name another with "
-                      "--chat-template",
-                      why, jinja::describe(e)));
-    }
-    fmt::print(stderr, "polystack: chat template: {} ({}), context {} tokens\n", name, why,
-               engine.n_ctx());
+    std::unique_ptr<jinja::ChatTemplate> tmpl = model_chat_template(*model, o->chat_template);
+    fmt::print(stderr, "polystack: chat template: {}, context {} tokens\n",
+               describe_chat_template(*tmpl, o->co.enable_thinking), engine.n_ctx());
     const bool tty = isatty(STDIN_FILENO);
     Chat chat(engine, tok, *tmpl, o->co, tty);
     catch_sigint();

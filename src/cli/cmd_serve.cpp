@@ -35,12 +35,7 @@ Action add_serve(CLI::App& app) {
   key->excludes(key_file);
   cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
-  cmd->add_option("--chat-template", o->so.chat_template,
-                  "Chat template: a built-in (chatml, llama3, gemma, phi3) or a Jinja file "
-                  "(default: the model's own)");
-  cmd->add_option("--reasoning", o->reasoning,
-                  "on|off: enable_thinking for templates that take it (default: the template's)")
-      ->check(CLI::IsMember({"on", "off"}));
+  add_chat_template_flags(cmd, o->so.chat_template, o->reasoning);
   cmd->add_flag("!--no-ui", o->so.ui, "Do not serve the web chat page at /");
   cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
   // Against an explicit -c now (a usage error, exit 2); against the model's own context once

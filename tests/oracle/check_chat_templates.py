@@ -10,30 +10,16 @@ as Hugging Face transformers sets it up (the oracle) and once by
 where CONV.json holds the conversation's variables (`messages`, `add_generation_prompt`,
 `tools`, `documents`, `enable_thinking`, ...), the same ones the oracle renders with.
 
-Hugging Face's set-up (transformers' `_compile_jinja_template` and `render_jinja_template`):
-  * `jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-    extensions=[AssistantTracker, jinja2.ext.loopcontrols])`, where AssistantTracker adds the
-    block tag `{% generation %}...{% endgeneration %}`, which renders its body unchanged (it only
-    records where assistant text lies);
-  * the `tojson` filter replaced by `json.dumps(x, ensure_ascii=False, indent=indent,
-    separators=separators, sort_keys=sort_keys)` (no HTML escaping, unlike jinja2's own);
-  * globals `raise_exception(message)`, which raises `jinja2.exceptions.TemplateError(message)`,
-    and `strftime_now(format)`, which is `datetime.now().strftime(format)`;
-  * the variables `messages`, `tools` and `documents` (both None when not given),
-    `add_generation_prompt`, the special tokens (`bos_token`, `eos_token`) and any other keyword
-    arguments (`enable_thinking`, ...).
-One conversation leaves tools and documents undefined instead, as templates test for both.
-The clock is pinned: polystack runs with SOURCE_DATE_EPOCH set, and the oracle's strftime_now
-formats that same instant in local time.
+jinja2 is set up as jinja_oracle.py describes, with the variables transformers passes: tools and
+documents None when not given, except in one conversation that leaves them undefined instead, as
+templates test for both. The clock is pinned: polystack runs with SOURCE_DATE_EPOCH set, and the
+oracle's strftime_now formats that same instant in local time.
 
-A render passes when
-  * jinja2 rendered text and polystack exits 0 printing exactly the same bytes (UTF-8), or
-  * the template called raise_exception(msg) and polystack exits 1 with msg in its stderr, or
-  * jinja2 failed otherwise (undefined value, type error, sandbox refusal, syntax error) and
-    polystack exits 1 with a one-line message on stderr ("both raised", counted apart).
-Anything else fails, and an exit status other than 0 or 1 (a crash, a signal, a timeout)
-always does. At least 50 templates must be found, so a wrong folder cannot pass by testing
-nothing.
+A render passes as jinja_oracle.compare has it: the same bytes (UTF-8) from both, or
+raise_exception's message in polystack's stderr, or jinja2 failing otherwise while polystack
+exits 1 with a one-line message ("both raised", counted apart). Anything else fails, and an exit
+status other than 0 or 1 (a crash, a signal, a timeout) always does. At least 50 templates must
+be found, so a wrong folder cannot pass by testing nothing.
 
 Exit status: 0 pass, 1 fail, 77 skip (no templates folder, or jinja2 is not installed).
 """
@@ -45,27 +31,18 @@ import concurrent.futures
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
-try:
-    import jinja2
-    import jinja2.ext
-    import jinja2.nodes
-    import jinja2.sandbox
-    JINJA2_MISSING = None
-except ImportError as e:  # the check is skipped, see main()
-    JINJA2_MISSING = str(e)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SKIP = 77
+from jinja_oracle import (BOTH_RAISED, FAIL, JINJA2_MISSING, Actual, Expected,  # noqa: E402
+                          compare, make_environment, oracle_render, run_template, skip)
+
 MIN_TEMPLATES = 50
-TIMEOUT_S = 20
 SOURCE_DATE_EPOCH = 1764892800  # 2025-12-05 00:00:00 UTC
-CONTEXT = 60  # bytes shown either side of the first difference
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TEMPLATES = REPO_ROOT.parent / "shared" / "chat-templates"
@@ -242,162 +219,16 @@ def conversation(case: Case) -> dict:
     return variables
 
 
-# --- The oracle ----------------------------------------------------------------------------------
-
-class RaisedByTemplate(Exception):
-    """The template called raise_exception(message)."""
-
-
-def make_environment():
-    """A jinja2 environment set up as transformers sets it up."""
-
-    class GenerationBlock(jinja2.ext.Extension):
-        """`{% generation %}...{% endgeneration %}`: renders its body unchanged, as
-        transformers' AssistantTracker does when it is not tracking."""
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_generation_support"), [], [],
-                                   body).set_lineno(lineno)
-
-        def _generation_support(self, caller):
-            return caller()
-
-    class TemplateRaised(jinja2.exceptions.TemplateError, RaisedByTemplate):
-        pass
-
-    def raise_exception(message):
-        raise TemplateRaised(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    def strftime_now(format):
-        return datetime.fromtimestamp(SOURCE_DATE_EPOCH).strftime(format)
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True,
-        extensions=[GenerationBlock, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env
-
-
-@dataclass
-class Expected:
-    text: str | None = None  # the rendered text, or None when jinja2 raised
-    raised: str | None = None  # raise_exception's message
-    error: str | None = None  # any other failure: "TypeName: message"
-
-
-def oracle_render(env, source: str, conv_json: str, case: Case) -> Expected:
-    try:
-        template = env.from_string(source)
-        variables = json.loads(conv_json)
-        return Expected(text=template.render(bos_token=case.bos, eos_token=case.eos, **variables))
-    except RaisedByTemplate as e:
-        return Expected(raised=str(e.args[0]) if e.args else "")
-    except Exception as e:  # noqa: BLE001 - every other failure is "jinja2 raised"
-        return Expected(error=f"{type(e).__name__}: {e}")
-
-
 # --- polystack -----------------------------------------------------------------------------------
-
-@dataclass
-class Actual:
-    returncode: int | None  # None: timed out
-    stdout: bytes = b""
-    stderr: bytes = b""
-
 
 def run_polystack(binary: str, template: Path, conv_json: str, case: Case,
                   workdir: Path) -> Actual:
     conv_path = workdir / f"{template.stem}.{case.name}.json"
     conv_path.write_text(conv_json, encoding="utf-8")
-    cmd = [binary, "template", "--chat-template-file", str(template), "--messages", str(conv_path)]
-    if case.bos:
-        cmd += ["--bos", case.bos]
-    if case.eos:
-        cmd += ["--eos", case.eos]
-    env = dict(os.environ, SOURCE_DATE_EPOCH=str(SOURCE_DATE_EPOCH))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired as e:
-        return Actual(None, e.stdout or b"", e.stderr or b"")
-    return Actual(proc.returncode, proc.stdout, proc.stderr)
+    return run_template(binary, template, conv_path, case.bos, case.eos, SOURCE_DATE_EPOCH)
 
 
-# --- Comparison ----------------------------------------------------------------------------------
-
-PASS, BOTH_RAISED, FAIL = "pass", "both raised", "fail"
-
-
-@dataclass
-class Outcome:
-    verdict: str
-    reason: str = ""
-    details: list[str] = field(default_factory=list)
-
-
-def first_difference(expected: bytes, actual: bytes) -> list[str]:
-    n = min(len(expected), len(actual))
-    offset = next((i for i in range(n) if expected[i] != actual[i]), n)
-    lo = max(0, offset - CONTEXT)
-    return [
-        f"first difference at byte {offset} (expected {len(expected)} bytes, got {len(actual)})",
-        f"  expected: {expected[lo:offset + CONTEXT]!r}",
-        f"  actual:   {actual[lo:offset + CONTEXT]!r}",
-    ]
-
-
-def stderr_line(actual: Actual) -> str:
-    text = actual.stderr.decode("utf-8", "replace").strip()
-    if not text:
-        return "(empty)"
-    return text if len(text) <= 300 else text[:300] + "..."
-
-
-def compare(expected: Expected, actual: Actual) -> Outcome:
-    rc = actual.returncode
-    if rc is None:
-        return Outcome(FAIL, f"polystack timed out after {TIMEOUT_S} s")
-    if rc < 0:
-        return Outcome(FAIL, f"polystack killed by signal {-rc}",
-                       [f"stderr: {stderr_line(actual)}"])
-    if rc not in (0, 1):
-        return Outcome(FAIL, f"polystack exited with {rc}", [f"stderr: {stderr_line(actual)}"])
-
-    if expected.text is not None:
-        if rc != 0:
-            return Outcome(FAIL, "jinja2 rendered, polystack exited 1",
-                           [f"stderr: {stderr_line(actual)}"])
-        want = expected.text.encode("utf-8")
-        if actual.stdout == want:
-            return Outcome(PASS)
-        return Outcome(FAIL, "text differs", first_difference(want, actual.stdout))
-
-    what = (f"raise_exception({expected.raised!r})" if expected.raised is not None
-            else expected.error)
-    if rc == 0:
-        return Outcome(FAIL, "jinja2 raised, polystack exited 0",
-                       [f"jinja2: {what}",
-                        f"stdout: {actual.stdout[:2 * CONTEXT]!r}"])
-    err = actual.stderr.decode("utf-8", "replace")
-    if expected.raised is not None:
-        if expected.raised in err:
-            return Outcome(PASS)
-        return Outcome(FAIL, "raise_exception message not in polystack's stderr",
-                       [f"jinja2: {what}", f"stderr: {stderr_line(actual)}"])
-    lines = err.strip().splitlines()
-    if len(lines) == 1:
-        return Outcome(BOTH_RAISED, details=[f"jinja2: {what}", f"polystack: {lines[0]}"])
-    return Outcome(FAIL, "jinja2 raised, polystack's stderr is not one line",
-                   [f"jinja2: {what}", f"stderr: {stderr_line(actual)}"])
-
+# --- Failing cases -------------------------------------------------------------------------------
 
 def keep_case(keep: Path, template: Path, case: Case, conv_json: str, expected: Expected,
               actual: Actual) -> None:
@@ -414,11 +245,6 @@ def keep_case(keep: Path, template: Path, case: Case, conv_json: str, expected: 
 
 
 # --- Main ----------------------------------------------------------------------------------------
-
-def skip(reason: str) -> None:
-    print(f"skipped: {reason}")
-    sys.exit(SKIP)
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -454,14 +280,16 @@ def main() -> int:
             print(f"FAIL no template name contains any of {args.only}")
             return 1
 
-    env = make_environment()
+    env = make_environment(SOURCE_DATE_EPOCH)
     convs = {case.name: json.dumps(conversation(case), ensure_ascii=case.ascii_json, indent=1)
              for case in CASES}
     expected = {}
     for template in templates:
         source = template.read_text(encoding="utf-8")
         for case in CASES:
-            expected[template, case.name] = oracle_render(env, source, convs[case.name], case)
+            variables = json.loads(convs[case.name])  # what CONV.json gives polystack
+            expected[template, case.name] = oracle_render(env, source, variables, case.bos,
+                                                          case.eos)
 
     if args.oracle_only:
         return print_oracle_table(templates, expected, args.verbose)

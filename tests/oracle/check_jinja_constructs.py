@@ -13,21 +13,14 @@ VARS.json holds all the snippet's variables (`messages` is [] unless the snippet
 add_generation_prompt, when the snippet does not give it, is true on both sides, as polystack
 defaults it; bos_token and eos_token are "" unless the snippet sets them).
 
-The oracle's set-up (transformers' `_compile_jinja_template`):
-  * `jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-    extensions=[jinja2.ext.loopcontrols])`;
-  * the `tojson` filter replaced by `json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
-    separators=separators, sort_keys=sort_keys)` with ensure_ascii False by default;
-  * globals `raise_exception(message)`, raising `jinja2.exceptions.TemplateError(message)`, and
-    `strftime_now(format)`, which here formats the pinned instant SOURCE_DATE_EPOCH in local
-    time (polystack runs with SOURCE_DATE_EPOCH set to the same instant).
+jinja2 is set up as jinja_oracle.py describes; its strftime_now formats the pinned instant
+SOURCE_DATE_EPOCH in local time (polystack runs with SOURCE_DATE_EPOCH set to the same instant).
 
-A snippet passes when
-  * jinja2 rendered text and polystack exits 0 printing exactly the same bytes (UTF-8), or
-  * the template called raise_exception(msg) and polystack exits 1 with msg in its stderr, or
-  * jinja2 failed otherwise (syntax error, undefined value, type error, sandbox refusal) and
-    polystack exits 1 with a one-line message on stderr ("both raised", counted apart).
-Anything else fails; an exit status other than 0 or 1 (a crash, a signal, a timeout) always does.
+A snippet passes as jinja_oracle.compare has it: the same bytes (UTF-8) from both, or
+raise_exception's message in polystack's stderr, or jinja2 failing otherwise (syntax error,
+undefined value, type error, sandbox refusal) while polystack exits 1 with a one-line message
+("both raised", counted apart). Anything else fails; an exit status other than 0 or 1 (a crash,
+a signal, a timeout) always does.
 
 Snippets whose jinja2 output is an accident of Python rather than Jinja (the repr of a generator,
 a bound method or a macro object, with a memory address) are left out on purpose.
@@ -41,25 +34,17 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
-try:
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
-    JINJA2_MISSING = None
-except ImportError as e:  # the check is skipped, see main()
-    JINJA2_MISSING = str(e)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SKIP = 77
-TIMEOUT_S = 20
+from jinja_oracle import (BOTH_RAISED, FAIL, JINJA2_MISSING, Actual, compare,  # noqa: E402
+                          make_environment, oracle_render, run_template, skip)
+
 SOURCE_DATE_EPOCH = 1764945296  # 2025-12-05 14:34:56 UTC: hours, minutes and seconds not zero
-CONTEXT = 60  # bytes shown either side of the first difference
 
 
 @dataclass
@@ -1105,68 +1090,19 @@ SNIPPETS = [
 
 # --- The oracle ----------------------------------------------------------------------------------
 
-class RaisedByTemplate(Exception):
-    """The template called raise_exception(message)."""
-
-
-def make_environment():
-    """A jinja2 environment set up as transformers sets it up."""
-
-    class TemplateRaised(jinja2.exceptions.TemplateError, RaisedByTemplate):
-        pass
-
-    def raise_exception(message):
-        raise TemplateRaised(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    def strftime_now(format):
-        return datetime.fromtimestamp(SOURCE_DATE_EPOCH).strftime(format)
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env
-
-
-@dataclass
-class Expected:
-    text: str | None = None  # the rendered text, or None when jinja2 raised
-    raised: str | None = None  # raise_exception's message
-    error: str | None = None  # any other failure: "TypeName: message"
-
-
 def variables_json(snippet: Snippet) -> str:
     variables = dict(snippet.variables)
     variables.setdefault("messages", [])
     return json.dumps(variables, ensure_ascii=False, indent=1)
 
 
-def oracle_render(env, snippet: Snippet, vars_json: str) -> Expected:
-    try:
-        template = env.from_string(snippet.template)
-        variables = json.loads(vars_json)
-        variables.setdefault("add_generation_prompt", True)  # as polystack defaults it
-        return Expected(text=template.render(bos_token=snippet.bos, eos_token=snippet.eos,
-                                             **variables))
-    except RaisedByTemplate as e:
-        return Expected(raised=str(e.args[0]) if e.args else "")
-    except Exception as e:  # noqa: BLE001 - every other failure is "jinja2 raised"
-        return Expected(error=f"{type(e).__name__}: {e}")
+def oracle_variables(vars_json: str) -> dict:
+    variables = json.loads(vars_json)
+    variables.setdefault("add_generation_prompt", True)  # as polystack defaults it
+    return variables
 
 
 # --- polystack -----------------------------------------------------------------------------------
-
-@dataclass
-class Actual:
-    returncode: int | None  # None: timed out
-    stdout: bytes = b""
-    stderr: bytes = b""
-
 
 def run_polystack(binary: str, index: int, snippet: Snippet, vars_json: str,
                   workdir: Path) -> Actual:
@@ -1176,94 +1112,11 @@ def run_polystack(binary: str, index: int, snippet: Snippet, vars_json: str,
         f.write(snippet.template)
     with open(vars_path, "w", encoding="utf-8", newline="") as f:
         f.write(vars_json)
-    cmd = [binary, "template", "--chat-template-file", str(template_path),
-           "--messages", str(vars_path)]
-    if snippet.bos:
-        cmd += ["--bos", snippet.bos]
-    if snippet.eos:
-        cmd += ["--eos", snippet.eos]
-    env = dict(os.environ, SOURCE_DATE_EPOCH=str(SOURCE_DATE_EPOCH))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired as e:
-        return Actual(None, e.stdout or b"", e.stderr or b"")
-    return Actual(proc.returncode, proc.stdout, proc.stderr)
-
-
-# --- Comparison ----------------------------------------------------------------------------------
-
-PASS, BOTH_RAISED, FAIL = "pass", "both raised", "fail"
-
-
-@dataclass
-class Outcome:
-    verdict: str
-    reason: str = ""
-    details: list[str] = field(default_factory=list)
-
-
-def first_difference(expected: bytes, actual: bytes) -> list[str]:
-    n = min(len(expected), len(actual))
-    offset = next((i for i in range(n) if expected[i] != actual[i]), n)
-    lo = max(0, offset - CONTEXT)
-    return [
-        f"first difference at byte {offset} (expected {len(expected)} bytes, got {len(actual)})",
-        f"  expected: {expected[lo:offset + CONTEXT]!r}",
-        f"  actual:   {actual[lo:offset + CONTEXT]!r}",
-    ]
-
-
-def stderr_line(actual: Actual) -> str:
-    text = actual.stderr.decode("utf-8", "replace").strip()
-    if not text:
-        return "(empty)"
-    return text if len(text) <= 300 else text[:300] + "..."
-
-
-def compare(expected: Expected, actual: Actual) -> Outcome:
-    rc = actual.returncode
-    if rc is None:
-        return Outcome(FAIL, f"polystack timed out after {TIMEOUT_S} s")
-    if rc < 0:
-        return Outcome(FAIL, f"polystack killed by signal {-rc}",
-                       [f"stderr: {stderr_line(actual)}"])
-    if rc not in (0, 1):
-        return Outcome(FAIL, f"polystack exited with {rc}", [f"stderr: {stderr_line(actual)}"])
-
-    if expected.text is not None:
-        if rc != 0:
-            return Outcome(FAIL, "jinja2 rendered, polystack exited 1",
-                           [f"jinja2: {expected.text[:2 * CONTEXT]!r}",
-                            f"stderr: {stderr_line(actual)}"])
-        want = expected.text.encode("utf-8")
-        if actual.stdout == want:
-            return Outcome(PASS)
-        return Outcome(FAIL, "text differs", first_difference(want, actual.stdout))
-
-    what = (f"raise_exception({expected.raised!r})" if expected.raised is not None
-            else expected.error)
-    if rc == 0:
-        return Outcome(FAIL, "jinja2 raised, polystack exited 0",
-                       [f"jinja2: {what}", f"stdout: {actual.stdout[:2 * CONTEXT]!r}"])
-    err = actual.stderr.decode("utf-8", "replace")
-    if expected.raised is not None:
-        if expected.raised in err:
-            return Outcome(PASS)
-        return Outcome(FAIL, "raise_exception message not in polystack's stderr",
-                       [f"jinja2: {what}", f"stderr: {stderr_line(actual)}"])
-    lines = err.strip().splitlines()
-    if len(lines) == 1:
-        return Outcome(BOTH_RAISED, details=[f"jinja2: {what}", f"polystack: {lines[0]}"])
-    return Outcome(FAIL, "jinja2 raised, polystack's stderr is not one line",
-                   [f"jinja2: {what}", f"stderr: {stderr_line(actual)}"])
+    return run_template(binary, template_path, vars_path, snippet.bos, snippet.eos,
+                        SOURCE_DATE_EPOCH)
 
 
 # --- Main ----------------------------------------------------------------------------------------
-
-def skip(reason: str) -> None:
-    print(f"skipped: {reason}")
-    sys.exit(SKIP)
-
 
 def check_names() -> None:
     seen = set()
@@ -1328,9 +1181,10 @@ def main() -> int:
             print(f"FAIL no snippet name contains any of {args.only}")
             return 1
 
-    env = make_environment()
+    env = make_environment(SOURCE_DATE_EPOCH)
     vars_json = {i: variables_json(s) for i, s in snippets}
-    expected = {i: oracle_render(env, s, vars_json[i]) for i, s in snippets}
+    expected = {i: oracle_render(env, s.template, oracle_variables(vars_json[i]), s.bos, s.eos)
+                for i, s in snippets}
 
     if args.oracle_only:
         for i, s in snippets:
@@ -1349,7 +1203,7 @@ def main() -> int:
 
     passed = failed = both = known = 0
     for i, s in snippets:
-        outcome = compare(expected[i], actual[i])
+        outcome = compare(expected[i], actual[i], show_text=True)
         if s.name in KNOWN_DIFFERENCES:
             if outcome.verdict == FAIL:
                 known += 1

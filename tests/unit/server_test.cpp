@@ -120,6 +120,9 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
             "400 invalid_request_error: 'stream_options' must be an object");
   EXPECT_EQ(error_of(tok, R"({"messages": [{"role": 7, "content": "hi"}]})", true),
             "400 invalid_request_error: messages[0] must be an object with a string 'role'");
+  EXPECT_EQ(error_of(tok, R"({"messages": [{"role": "wizard", "content": "hi"}]})", true),
+            "400 invalid_request_error: messages[0]: unknown role 'wizard' (system, developer, "
+            "user, assistant, tool or function)");
   const std::string long_prompt = fmt::format(R"({{"prompt": "{}"}})", std::string(200, 'a'));
   EXPECT_EQ(error_of(tok, long_prompt).substr(0, 30), "400 exceed_context_size_error:");
 }
