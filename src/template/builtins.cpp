@@ -274,6 +274,30 @@ bool starts_or_ends(const std::string& s, const Value& affix, bool start) {
   return one(affix);
 }
 
+int64_t to_int_arg(const Value& v, const char* what);
+
+// s[start:end] by code points, as Python slices the string before find, count, startswith and
+// endswith look (the arguments at positions `first` and `first + 1`); `offset`: where the
+// window starts, in code points (past the end when start is: then nothing is found).
+std::string window(const std::string& s, const CallArgs& a, size_t first, int64_t& offset) {
+  const Value b = a.get(first, "start", Value::none()), e = a.get(first + 1, "end", Value::none());
+  const std::vector<uint32_t> cps = code_points(s);
+  const int64_t n = int64_t(cps.size());
+  const auto index = [&](const Value& v, int64_t dflt) {
+    if (v.is_none() || v.is_undefined()) return dflt;
+    int64_t x = to_int_arg(v, "slice index");
+    if (x < 0) x += n;
+    return std::clamp<int64_t>(x, 0, n);
+  };
+  offset = index(b, 0);
+  if (!b.is_none() && !b.is_undefined() && to_int_arg(b, "start") > n) {
+    offset = n + 1;
+    return "";
+  }
+  const int64_t end = index(e, n);
+  return end <= offset ? "" : encode(cps, size_t(offset), size_t(end));
+}
+
 int64_t to_int_arg(const Value& v, const char* what) {
   if (v.kind == Value::Kind::Int) return v.i;
   if (v.kind == Value::Kind::Bool) return v.b;
@@ -530,6 +554,16 @@ std::string percent_format(const std::string& f, const Value& rhs) {
       case 'r':
         x = Value::string(repr(v));
         break;
+      case 'c':
+        if (v.kind == Value::Kind::Int) {
+          if (v.i < 0 || v.i > 0x10ffff) type_error("%c arg not in range(0x110000)");
+          std::string c;
+          append_utf8(c, uint32_t(v.i));
+          x = Value::string(c);
+        } else if (!v.is_string() || char_count(v.s) != 1) {
+          type_error("%c requires an int or a unicode character");
+        }
+        break;
       case 'd':
       case 'i':
         if (v.kind == Value::Kind::Float) x = Value::integer(int64_t(v.f));
@@ -658,6 +692,22 @@ Value to_int(const Value& v, const Value& fallback, int base) {
       std::string digits;
       for (char c : t)
         if (c != '_') digits += c;
+      // Python's int(text, base) takes the prefix of its base (and base 0 reads any).
+      {
+        std::string body = digits;
+        const bool signed_ = !body.empty() && (body[0] == '-' || body[0] == '+');
+        const std::string sign = signed_ ? body.substr(0, 1) : "";
+        if (signed_) body.erase(0, 1);
+        if (body.size() > 2 && body[0] == '0') {
+          const char p = char(std::tolower(uint8_t(body[1])));
+          const int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+          if (pb && (base == 0 || base == pb)) {
+            digits = sign + body.substr(2);
+            base = pb;
+          }
+        }
+        if (base == 0) base = 10;
+      }
       char* end = nullptr;
       errno = 0;
       const long long x = std::strtoll(digits.c_str(), &end, base);
@@ -687,9 +737,20 @@ Value to_float(const Value& v, const Value& fallback) {
       if (lowered == "inf" || lowered == "+inf" || lowered == "infinity")
         return Value::number(INFINITY);
       if (lowered == "-inf" || lowered == "-infinity") return Value::number(-INFINITY);
+      // Underscores may group digits (Python: only between two digits).
+      std::string u;
+      for (size_t k = 0; k < t.size(); ++k) {
+        if (t[k] == '_') {
+          if (k == 0 || k + 1 >= t.size() || !is_digit(uint8_t(t[k - 1])) ||
+              !is_digit(uint8_t(t[k + 1])))
+            return fallback;
+          continue;
+        }
+        u += t[k];
+      }
       char* end = nullptr;
-      const double d = std::strtod(t.c_str(), &end);
-      if (!t.empty() && end && *end == '\0' && t.find_first_of("xXpP") == std::string::npos)
+      const double d = std::strtod(u.c_str(), &end);
+      if (!u.empty() && end && *end == '\0' && u.find_first_of("xXpP") == std::string::npos)
         return Value::number(d);
       return fallback;
     }
@@ -1400,8 +1461,12 @@ Value str_method(const std::string& s, const std::string& name, const CallArgs& 
       out.push_back(Value::string(std::move(l)));
     return Value::make_list(std::move(out));
   }
-  if (name == "startswith" || name == "endswith")
-    return Value::boolean(starts_or_ends(s, arg(0, "prefix"), name == "startswith"));
+  if (name == "startswith" || name == "endswith") {
+    int64_t offset = 0;
+    const std::string w = window(s, a, 1, offset);
+    if (offset > int64_t(char_count(s))) return Value::boolean(false);
+    return Value::boolean(starts_or_ends(w, arg(0, "prefix"), name == "startswith"));
+  }
   if (name == "replace") {
     const Value c = arg(2, "count", Value::integer(-1));
     return make_string(replace(s, need_str(arg(0, "old"), "replace arg"),
@@ -1434,15 +1499,22 @@ Value str_method(const std::string& s, const std::string& name, const CallArgs& 
     return Value::string(out);
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
-    const int64_t at = find_index(s, need_str(arg(0, "sub"), "find arg"), name[0] == 'r');
+    int64_t offset = 0;
+    const std::string w = window(s, a, 1, offset);
+    const int64_t at = offset > int64_t(char_count(s))
+                           ? -1
+                           : find_index(w, need_str(arg(0, "sub"), "find arg"), name[0] == 'r');
     if (at < 0 && (name == "index" || name == "rindex")) type_error("substring not found");
-    return Value::integer(at);
+    return Value::integer(at < 0 ? -1 : at + offset);
   }
   if (name == "count") {
+    int64_t offset = 0;
+    const std::string w = window(s, a, 1, offset);
+    if (offset > int64_t(char_count(s))) return Value::integer(0);
     const std::string& sub = need_str(arg(0, "sub"), "count arg");
-    if (sub.empty()) return Value::integer(int64_t(char_count(s)) + 1);
+    if (sub.empty()) return Value::integer(int64_t(char_count(w)) + 1);
     int64_t n = 0;
-    for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+    for (size_t at = w.find(sub); at != std::string::npos; at = w.find(sub, at + sub.size())) ++n;
     return Value::integer(n);
   }
   if (name == "removeprefix" || name == "removesuffix") {

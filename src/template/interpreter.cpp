@@ -173,7 +173,29 @@ class Renderer {
         return Value::string(sep);
       });
     });
-    g.vars["cycler"] = Value::undefined("cycler() is not supported");
+    // cycler(a, b, ...): next() gives the current item and moves on, reset() goes back to the
+    // first; `current` is the item next() gives. State lives in the shared dict.
+    g.vars["cycler"] = Value::function("cycler", [](CallArgs& a) {
+      if (a.pos.empty()) throw TemplateError("at least one item has to be provided");
+      Value c = Value::make_dict();
+      auto items = std::make_shared<List>(a.pos);
+      auto pos = std::make_shared<size_t>(0);
+      std::weak_ptr<Dict> self = c.dict;
+      c.dict->set(Value::string("current"), (*items)[0]);
+      c.dict->set(Value::string("items"), Value::make_list(*items));
+      c.dict->set(Value::string("next"), Value::function("next", [items, pos, self](CallArgs&) {
+                    const Value out = (*items)[*pos];
+                    *pos = (*pos + 1) % items->size();
+                    if (auto d = self.lock()) d->set(Value::string("current"), (*items)[*pos]);
+                    return out;
+                  }));
+      c.dict->set(Value::string("reset"), Value::function("reset", [items, pos, self](CallArgs&) {
+                    *pos = 0;
+                    if (auto d = self.lock()) d->set(Value::string("current"), (*items)[0]);
+                    return Value::none();
+                  }));
+      return c;
+    });
     g.vars["lipsum"] = Value::undefined("lipsum() is not supported");
   }
 
