@@ -34,13 +34,14 @@ std::atomic<int> g_interrupts{0};
 
 extern "C" void on_sigint(int) { g_interrupts.fetch_add(1); }
 
-// SIGINT without SA_RESTART: a blocked read (libedit's, at the prompt) returns, and the loop
-// sees the count change.
-void catch_sigint() {
+// SIGINT counts Ctrl-C. While a reply is written, interrupted system calls restart (a write to
+// the terminal must not fail half way); at the prompt they do not, so that the read libedit is
+// blocked in returns and the loop sees the count change.
+void catch_sigint(bool restart) {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
+  sa.sa_flags = restart ? SA_RESTART : 0;
   sigaction(SIGINT, &sa, nullptr);
 }
 
@@ -285,7 +286,9 @@ std::optional<std::string> read_message_tty(int& interrupts) {
   for (;;) {
     const int before = g_interrupts.load();
     interrupts = before;
+    catch_sigint(false);
     char* raw = readline(text.empty() && !block ? "> " : "... ");
+    catch_sigint(true);
     if (!raw) {
       if (g_interrupts.load() != before) {
         if (++interrupts_seen >= 2) return std::nullopt;
@@ -364,7 +367,7 @@ Action add_chat(CLI::App& app) {
                describe_chat_template(*tmpl, o->co.enable_thinking), engine.n_ctx());
     const bool tty = isatty(STDIN_FILENO);
     Chat chat(engine, tok, *tmpl, o->co, tty);
-    catch_sigint();
+    catch_sigint(true);
     if (!tty) {
       std::string line;
       while (std::getline(std::cin, line))

@@ -70,6 +70,9 @@ class Terminal:
                 self.out += chunk
 
     def send(self, text):
+        # A person's pause first: libedit switches the terminal to its own mode after printing
+        # the prompt, and input typed before that switch may be flushed by it.
+        time.sleep(0.3)
         os.write(self.fd, text.encode())
 
     def wait(self, timeout=30):
@@ -207,7 +210,6 @@ def main():
             raise AssertionError(f"after /load: {recalled!r} (after /clear: {forgot!r})")
         print("/save, /clear, /load: the loaded conversation is the one saved")
 
-        time.sleep(0.5)  # a person's pause: the line editor is reading again
         t.send("\x03")
         t.read_until("Ctrl-C again or Ctrl-D")
         t.read_until(PROMPT)
