@@ -36,6 +36,10 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
   add_chat_template_flags(cmd, o->so.chat_template, o->reasoning);
+  cmd->add_option("-n,--n-predict", o->so.n_predict,
+                  "Most tokens of a reply when the request names no max_tokens (-1: until the "
+                  "end of its turn or of the context)")
+      ->check(CLI::Range(-1, 1 << 30));
   cmd->add_flag("!--no-ui", o->so.ui, "Do not serve the web chat page at /");
   cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
   // Against an explicit -c now (a usage error, exit 2); against the model's own context once

@@ -141,6 +141,7 @@ struct Server {
     const uint64_t id = next_id++;
     CompletionBody body = parse_completion(req.body, chat, tok(), this->chat, engine->n_ctx());
     CompletionRequest r = std::move(body.request);
+    if (r.max_tokens < 0) r.max_tokens = opts.n_predict;  // the server's default (-n)
     const bool stream = body.stream, include_usage = body.include_usage;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
     std::shared_ptr<Stream> events = engine->submit(std::move(r));

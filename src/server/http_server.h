@@ -24,6 +24,7 @@ struct ServerOptions {
   bool metrics = false;  // GET /metrics served (else 501)
   bool verbose = false;  // log prompt text
   bool ui = true;        // the web chat page at / (--no-ui)
+  int n_predict = -1;    // -n: most tokens of a reply whose request names no max_tokens
   // --chat-template: a built-in's name or a file; empty: the model's own (see
   // jinja::choose_chat_template).
   std::string chat_template;

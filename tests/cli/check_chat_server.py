@@ -7,7 +7,7 @@
   tokenizer.chat_template (set up as Hugging Face does, by ../oracle/jinja_oracle.py), with and
   without a system message.
 - A chat request's prompt_tokens is the token count of that text, and greedy answers are sane
-  ("What is the capital of Japan?" names Tokyo).
+  ("What is the capital of Japan?" names Tokyo); -n bounds a reply without max_tokens.
 - GET /props names the model, device and template; GET / is the chat page (text/html), and
   with --no-ui it is a 404 error object.
 - --chat-template FILE: chat_template_kwargs reach the template, --reasoning on|off sets
@@ -115,7 +115,7 @@ def main():
         [{"role": "system", "content": "You answer in one short sentence."},
          {"role": "user", "content": "Why is the sky blue?"}],
     ]
-    srv = Server([args.bin, "serve"])
+    srv = Server([args.bin, "serve", "-n", "8"])
     try:
         for msgs in conversations:
             status, _, body = srv.request("/apply-template", {"messages": msgs})
@@ -135,6 +135,12 @@ def main():
             if msgs[-1]["content"].endswith("Japan?"):
                 text = reply["choices"][0]["message"]["content"]
                 check("Tokyo" in text, f"the capital of Japan: {text!r}")
+        status, _, body = srv.request("/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "Tell me a long story about a dragon."}]})
+        usage = json.loads(body).get("usage", {})
+        check(status == 200 and usage.get("completion_tokens") == 8 and
+              json.loads(body)["choices"][0]["finish_reason"] == "length",
+              f"-n 8 bounds a reply whose request names no max_tokens: {usage}")
         status, _, body = srv.get("/props")
         props = json.loads(body)
         check(status == 200 and props["chat_template"] == "model" and
