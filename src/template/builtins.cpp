@@ -141,7 +141,8 @@ std::string jinja_title(const std::string& s) {
 
 // ---- str methods ------------------------------------------------------------------------
 
-const std::string& need_str(const Value& v, const char* what) {
+// A copy: callers pass temporaries (a call's argument) and keep the text.
+std::string need_str(const Value& v, const char* what) {
   if (!v.is_string()) type_error(fmt::format("{} must be str, not {}", what, type_name(v)));
   return v.s;
 }
