@@ -125,10 +125,11 @@ class Chat {
                        : "system prompt set; a new conversation");
     } else if (cmd == "/save") {
       if (arg.empty()) return note("/save needs a file name"), true;
+      const ojson all = conversation();
       std::ofstream out(arg, std::ios::binary);
-      out << ojson{{"messages", conversation()}}.dump(2) << "\n";
+      out << ojson{{"messages", all}}.dump(2) << "\n";
       if (!out) return note(fmt::format("cannot write {}", arg)), true;
-      note(fmt::format("saved {} messages to {}", conversation().size(), arg));
+      note(fmt::format("saved {} messages to {}", all.size(), arg));
     } else if (cmd == "/load") {
       if (arg.empty()) return note("/load needs a file name"), true;
       load(arg);

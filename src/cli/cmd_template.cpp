@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <optional>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -13,7 +15,9 @@
 #include "tokenizer/tokenizer.h"
 
 namespace ps::cli {
+namespace {
 
+// SOURCE_DATE_EPOCH as a time, when set (strftime_now's clock); UsageError when malformed.
 std::optional<std::time_t> source_date_epoch() {
   const char* env = std::getenv("SOURCE_DATE_EPOCH");
   if (!env || !*env) return std::nullopt;
@@ -26,6 +30,8 @@ std::optional<std::time_t> source_date_epoch() {
   return std::time_t(t);
 }
 
+}  // namespace
+
 Action add_template(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "template", "Render a chat template for a conversation and print the exact text");
@@ -35,12 +41,9 @@ Action add_template(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* m = cmd->add_option("-m,--model", o->model, "GGUF file whose template and BOS/EOS to use");
   auto* f = cmd->add_option("--chat-template-file", o->file, "A Jinja template file");
-  auto* n = cmd->add_option(
-      "--chat-template", o->name, "A built-in template (" + [] {
-        std::string s;
-        for (const auto& x : jinja::builtin_template_names()) s += (s.empty() ? "" : ", ") + x;
-        return s;
-      }() + ") or a file");
+  auto* n =
+      cmd->add_option("--chat-template", o->name,
+                      "A built-in template (" + jinja::builtin_template_list() + ") or a file");
   cmd->add_option("--messages", o->messages,
                   "JSON file: an object with messages and optionally add_generation_prompt "
                   "(default true), tools and other template variables")
@@ -64,7 +67,6 @@ Action add_template(CLI::App& app) {
       throw UsageError(fmt::format("{}: expected an object with \"messages\"", o->messages));
 
     std::string model_template, architecture, model_bos, model_eos;
-    bool adds_bos = false;
     if (*m) {
       auto file = gguf::File::open(o->model);
       model_template = file->get_string("tokenizer.chat_template");
@@ -72,7 +74,6 @@ Action add_template(CLI::App& app) {
       auto tok = Tokenizer::from_gguf(*file);
       if (tok->bos() >= 0) model_bos = tok->token_to_piece(tok->bos(), true);
       if (tok->eos() >= 0) model_eos = tok->token_to_piece(tok->eos(), true);
-      adds_bos = tok->adds_bos();
     }
     jinja::ChatTemplateChoice choice =
         jinja::choose_chat_template(*f ? o->file : o->name, model_template, architecture);
@@ -82,7 +83,6 @@ Action add_template(CLI::App& app) {
       // so what is printed is what jinja2 prints.
       jinja::ChatTemplate t(std::move(choice), *bos ? o->bos : model_bos, *eos ? o->eos : model_eos,
                             false);
-      (void)adds_bos;
       jinja::RenderOptions ro;
       ro.now = source_date_epoch();
       text = t.render(vars, ro);

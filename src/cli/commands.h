@@ -1,9 +1,7 @@
 #pragma once
 // One function per subcommand; each registers its flags on the app and returns the action.
 #include <CLI/CLI.hpp>
-#include <ctime>
 #include <functional>
-#include <optional>
 
 namespace ps::cli {
 
@@ -23,9 +21,6 @@ Action add_chat(CLI::App& app);
 
 // Reads a whole file's bytes exactly; UsageError naming the file on failure.
 std::string read_file_bytes(const std::string& path);
-
-// SOURCE_DATE_EPOCH as a time, when set (templates' strftime_now); UsageError when malformed.
-std::optional<std::time_t> source_date_epoch();
 
 }  // namespace ps::cli
 

@@ -7,13 +7,14 @@
 #include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "template/chat_template.h"
 
 namespace ps::cli {
 
 void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::string& reasoning) {
   cmd->add_option("--chat-template", chat_template,
-                  "Chat template: a built-in (chatml, llama3, gemma, phi3) or a Jinja file "
-                  "(default: the model's own)");
+                  "Chat template: a built-in (" + jinja::builtin_template_list() +
+                      ") or a Jinja file (default: the model's own)");
   cmd->add_option("--reasoning", reasoning,
                   "on|off: enable_thinking for templates that take it (default: the template's)")
       ->check(CLI::IsMember({"on", "off"}));

@@ -22,9 +22,9 @@ std::unique_ptr<jinja::ChatTemplate> model_chat_template(const LoadedModel& mode
         tok.eos() >= 0 ? tok.token_to_piece(tok.eos(), true) : "", tok.adds_bos());
   } catch (const TemplateError& e) {
     throw UsageError(fmt::format(
-        "the chat template ({}) cannot be used: {}; name another with --chat-template (chatml, "
-        "llama3, gemma, phi3 or a file)",
-        why, jinja::describe(e)));
+        "the chat template ({}) cannot be used: {}; name another with --chat-template ({} or a "
+        "file)",
+        why, jinja::describe(e), jinja::builtin_template_list()));
   }
 }
 

@@ -437,7 +437,6 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
             }));
   http.Post(
       "/apply-template", guarded(s, [&](const httplib::Request& req, httplib::Response& res) {
-        parse_body(req.body);
         res.set_content(dump({{"prompt", render_chat(req.body, s.chat)}}), "application/json");
       }));
   http.Get("/props", guarded(s, [&](const httplib::Request&, httplib::Response& res) {

@@ -85,9 +85,9 @@ const char* builtin_template(std::string_view name) {
   return nullptr;
 }
 
-std::vector<std::string> builtin_template_names() {
-  std::vector<std::string> out;
-  for (const Builtin& b : kBuiltins) out.emplace_back(b.name);
+std::string builtin_template_list() {
+  std::string out;
+  for (const Builtin& b : kBuiltins) out += (out.empty() ? "" : ", ") + std::string(b.name);
   return out;
 }
 
@@ -98,11 +98,8 @@ ChatTemplateChoice choose_chat_template(const std::string& requested,
     if (const char* src = builtin_template(requested))
       return {src, requested, "built in, named by --chat-template"};
     if (requested.find('/') == std::string::npos && requested.find('.') == std::string::npos) {
-      std::string names;
-      for (const std::string& n : builtin_template_names())
-        names += (names.empty() ? "" : ", ") + n;
-      throw UsageError(
-          fmt::format("unknown chat template '{}': a built-in ({}) or a file", requested, names));
+      throw UsageError(fmt::format("unknown chat template '{}': a built-in ({}) or a file",
+                                   requested, builtin_template_list()));
     }
     return {read_text_file(requested), requested, "a file named by --chat-template"};
   }

@@ -15,7 +15,8 @@ namespace ps::jinja {
 // The built-in templates by name (chatml, llama3, gemma, ...), written for the families
 // polystack runs; nullptr for an unknown name.
 const char* builtin_template(std::string_view name);
-std::vector<std::string> builtin_template_names();
+// Their names for messages and help: "chatml, gemma, llama3, phi3".
+std::string builtin_template_list();
 
 struct ChatTemplateChoice {
   std::string source;  // the Jinja text

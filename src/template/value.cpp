@@ -82,12 +82,6 @@ Value CallArgs::get(size_t i, std::string_view name, Value fallback) const {
     if (k == name) return v;
   return fallback;
 }
-bool CallArgs::has(size_t i, std::string_view name) const {
-  if (i < pos.size()) return true;
-  for (const auto& kv : kw)
-    if (kv.first == name) return true;
-  return false;
-}
 
 void fail_undefined(const Value& v) {
   throw TemplateError(v.s.empty() ? std::string("a value is undefined") : v.s);

@@ -94,7 +94,6 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> kw;
   // The argument at position i or named `name`, else `fallback`.
   Value get(size_t i, std::string_view name, Value fallback = Value::undefined()) const;
-  bool has(size_t i, std::string_view name) const;
 };
 
 // Python semantics.
