@@ -22,6 +22,26 @@ std::string_view api_name(Api api) {
   return "?";
 }
 
+std::string_view api_display_name(Api api) {
+  switch (api) {
+    case Api::Cpu:
+      return "CPU";
+    case Api::Cuda:
+      return "CUDA";
+    case Api::Hip:
+      return "HIP";
+    case Api::Metal:
+      return "Metal";
+    case Api::Vulkan:
+      return "Vulkan";
+    case Api::OpenCL:
+      return "OpenCL";
+    case Api::DirectML:
+      return "DirectML";
+  }
+  return "?";
+}
+
 std::string_view device_kind_name(DeviceKind k) {
   switch (k) {
     case DeviceKind::Cpu:

@@ -17,7 +17,8 @@ namespace ps {
 enum class Api { Cpu, Cuda, Hip, Metal, Vulkan, OpenCL, DirectML };
 inline constexpr Api kAllApis[] = {Api::Cuda,   Api::Hip,      Api::Metal, Api::Vulkan,
                                    Api::OpenCL, Api::DirectML, Api::Cpu};
-std::string_view api_name(Api api);  // "cpu", "cuda", ...
+std::string_view api_name(Api api);          // "cpu", "cuda", ...
+std::string_view api_display_name(Api api);  // "CPU", "CUDA", "Vulkan", ...
 
 enum class DeviceKind { Cpu, DiscreteGpu, IntegratedGpu, VirtualGpu, Accelerator };
 std::string_view device_kind_name(DeviceKind k);
@@ -48,6 +49,10 @@ struct ProbeReport {
   // The probe itself failed: the plugin or driver crashed, hung or exited while loading or
   // probing (reason says which). A failure, unlike an API that simply finds no device.
   bool failed = false;
+  // What the API needs is not on this machine (backend/hardware.h): nothing to advise on, so a
+  // command lists it only when asked for detail. detail keeps the probe's own reason.
+  bool no_hardware = false;
+  std::string detail;
 };
 
 // Memory owned by a device. CPU-visible buffers expose host_ptr().
@@ -112,7 +117,7 @@ inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
 // against these structs, so one built for another layout is refused rather than called. Raise
 // the number whenever a type in this header changes.
-inline constexpr int kBackendAbiVersion = 4;
+inline constexpr int kBackendAbiVersion = 5;
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

@@ -123,11 +123,16 @@ DeviceChoice choose_device(const std::vector<ProbeReport>& reports, const Policy
   // --- auto, gpu, or one API: rank, check, choose ---------------------------------------------
   DeviceChoice out;
   std::vector<std::string> failures;  // passed over for a failure (for --strict)
+  if (spec.kind == Kind::OneApi)
+    for (const auto& r : reports)
+      if (r.api == spec.api && r.devices.empty())
+        throw BackendError(fmt::format("no {} device: {}", api_display_name(r.api), r.reason));
   for (const auto& r : reports)
-    if (r.api != Api::Cpu && r.built && r.devices.empty() &&
+    if (r.api != Api::Cpu && r.devices.empty() && (r.built || r.no_hardware) &&
         (spec.kind != Kind::OneApi || r.api == spec.api)) {
-      out.passed.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
-      if (r.failed) failures.push_back(out.passed.back());
+      std::vector<std::string>& list = r.no_hardware ? out.absent : out.passed;
+      list.push_back(fmt::format("{}: {}", api_name(r.api), r.reason));
+      if (r.failed) failures.push_back(list.back());
     }
   const std::vector<PhysicalDevice> groups = group_physical_devices(reports);
   // Per physical device: its views that may run models, in API order.

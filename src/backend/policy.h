@@ -32,6 +32,9 @@ struct DeviceChoice {
   std::string device_id;            // "cpu", "cuda:0"
   std::string reason;               // why this one, in words
   std::vector<std::string> passed;  // the devices (and APIs) not chosen, each with why
+  // The APIs whose hardware is not on this machine (ProbeReport::no_hardware), each with why:
+  // not advice, so commands show them only when asked for detail.
+  std::vector<std::string> absent;
   // The other GPUs of the chosen one's kind that passed their checks (one view each), for a
   // model split over several GPUs (--split-mode layer). Empty when a device was named.
   std::vector<std::string> also_usable;

@@ -123,10 +123,17 @@ void Registry::probe_apis(std::span<const Api> apis) {
     else
       probed_[api] = probe_in_process(api);
   }
-  if (plugins.empty()) return;
-  const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
-  std::vector<ProbeReport> got = probe_plugins_out_of_process(plugins, timeout);
-  for (size_t i = 0; i < plugins.size(); ++i) probed_[plugins[i].first] = std::move(got[i]);
+  if (!plugins.empty()) {
+    const double timeout = seconds_from_env("POLYSTACK_PROBE_TIMEOUT", 10);
+    std::vector<ProbeReport> got = probe_plugins_out_of_process(plugins, timeout);
+    for (size_t i = 0; i < plugins.size(); ++i) probed_[plugins[i].first] = std::move(got[i]);
+  }
+  for (Api api : apis) {
+    ProbeReport& r = probed_.at(api);
+    if (!r.devices.empty() || r.no_hardware) continue;
+    if (!hardware_) hardware_ = scan_gpu_hardware();
+    explain_with_hardware(r, *hardware_);
+  }
 }
 
 const std::vector<ProbeReport>& Registry::probe_all() {

@@ -5,12 +5,14 @@
 // devices is opened, so a plugin or driver that crashes or hangs costs only its own API.
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/hardware.h"
 
 namespace ps {
 
@@ -29,6 +31,9 @@ class Registry {
   // A plugin file for `api`, probed in a child process and loaded here only when one of its
   // devices is opened. Ignored when the API has a backend already (the first one wins).
   void add_plugin_file(Api api, std::string path);
+  // What the PCI bus shows, in place of reading it (tests: reports that do not depend on the
+  // machine's hardware).
+  void set_hardware(const GpuHardware& hw) { hardware_ = hw; }
   // The plugin file an API's devices come from ("" for a built-in backend or none).
   std::string plugin_file(Api api) const;
 
@@ -55,6 +60,7 @@ class Registry {
   std::map<Api, std::string> plugin_files_;
   std::map<Api, ProbeReport> probed_;
   std::vector<ProbeReport> reports_;
+  std::optional<GpuHardware> hardware_;  // read once, when a report first needs it
 };
 
 // Why a plugin could not be loaded, from dlopen's message: a missing library the plugin needs

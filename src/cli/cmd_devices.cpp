@@ -64,7 +64,9 @@ Action add_devices(CLI::App& app) {
                                {"failed", r.failed},
                                {"available", !r.devices.empty()},
                                {"devices", r.devices.size()},
-                               {"reason", r.reason}});
+                               {"reason", r.reason},
+                               {"no_hardware", r.no_hardware},
+                               {"probe_detail", r.detail}});
       }
       for (const PhysicalDevice& p : physical) {
         nlohmann::json ids = nlohmann::json::array();
@@ -87,8 +89,10 @@ Action add_devices(CLI::App& app) {
           out["devices"].push_back(j);
         }
       }
-      out["default"] = {
-          {"device", choice.device_id}, {"reason", choice.reason}, {"passed_over", choice.passed}};
+      out["default"] = {{"device", choice.device_id},
+                        {"reason", choice.reason},
+                        {"passed_over", choice.passed},
+                        {"not_present", choice.absent}};
       fmt::print("{}\n", out.dump(2));
       return 0;
     }
@@ -116,12 +120,16 @@ Action add_devices(CLI::App& app) {
         fmt::print("{:<9} not used: {} device(s) found, none usable (see above)\n", api_name(r.api),
                    r.devices.size());
       else
-        fmt::print("{:<9} not used: {}\n", api_name(r.api), r.reason);
+        fmt::print("{:<9} not used: {}{}\n", api_name(r.api), r.reason,
+                   r.detail.empty() || r.reason.find(r.detail) != std::string::npos
+                       ? std::string()
+                       : fmt::format(" (its probe: {})", r.detail));
     }
     fmt::print("\n");
     for (const auto& line : choice.notes) fmt::print("{}\n", line);
     fmt::print("default device: {} ({})\n", choice.device_id, choice.reason);
     for (const auto& line : choice.passed) fmt::print("  not chosen: {}\n", line);
+    for (const auto& line : choice.absent) fmt::print("  not present: {}\n", line);
     return 0;
   };
 }
