@@ -101,11 +101,20 @@ std::string human_bytes(uint64_t b) {
 Action add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata and tensors");
   auto path = std::make_shared<std::string>();
+  auto flag_path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("model", *path, "GGUF file")->required();
+  cmd->add_option("model", *path, "GGUF file (or -m; default: as run finds one)");
+  cmd->add_option("-m,--model", *flag_path, "GGUF file");
   cmd->add_flag("--json", *json, "Machine-readable output");
-  return [path, json] {
-    auto f = gguf::File::open(*path);
+  return [path, flag_path, json] {
+    if (!path->empty() && !flag_path->empty() && *path != *flag_path)
+      throw UsageError(
+          fmt::format("two models given: {} and -m {}; inspect reads one", *path, *flag_path));
+    ModelFlags mf;
+    mf.model = path->empty() ? *flag_path : *path;
+    const ModelChoice choice = resolve_model_path(mf);
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
+    auto f = gguf::File::open(choice.path);
     uint64_t total_bytes = 0, total_elems = 0;
     std::map<std::string, uint64_t> by_type;
     for (const auto& t : f->tensors()) {
@@ -131,7 +140,7 @@ Action add_inspect(CLI::App& app) {
       } else {
         out["model_error"] = json_text(model_error);
       }
-      out["path"] = json_text(*path);
+      out["path"] = json_text(choice.path);
       out["version"] = f->version();
       out["alignment"] = f->alignment();
       out["file_size"] = f->file_size();
@@ -153,8 +162,8 @@ Action add_inspect(CLI::App& app) {
       fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
-    fmt::print("file: {}\nGGUF version {}, alignment {}, {} ({} bytes)\n", *path, f->version(),
-               f->alignment(), human_bytes(f->file_size()), f->file_size());
+    fmt::print("file: {}\nGGUF version {}, alignment {}, {} ({} bytes)\n", choice.path,
+               f->version(), f->alignment(), human_bytes(f->file_size()), f->file_size());
     fmt::print("\nmetadata ({} keys):\n", f->metadata().size());
     for (const auto& [k, v] : f->metadata())
       fmt::print("  {:<44} {}\n", term_text(k), value_text(v));

@@ -18,7 +18,7 @@ Action add_logits(CLI::App& app) {
     std::string tokens, out;
   };
   auto o = std::make_shared<Opts>();
-  add_model_flags(cmd, o->mf, true);
+  add_model_flags(cmd, o->mf, false);
   cmd->add_option("--tokens", o->tokens, "Token ids separated by spaces")->required();
   cmd->add_option("-o,--out", o->out, "Output file")->required();
   return [o] {
@@ -33,7 +33,9 @@ Action add_logits(CLI::App& app) {
       ids.push_back(int32_t(v));
     }
     check_device_flag(o->mf);
-    auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
+    const ModelChoice choice = resolve_model_path(o->mf);
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
+    auto model = LoadedModel::load(choice.path, /*with_tokenizer=*/false);
     ModelContext s(model, o->mf.context);
     print_device_choice(s);
     const std::vector<float> logits = s.eval(ids, /*all_logits=*/true);

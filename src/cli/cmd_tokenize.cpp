@@ -56,7 +56,8 @@ Action add_tokenize(CLI::App& app) {
     bool ids = false, no_special = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF file (a vocab-only file is enough)")->required();
+  cmd->add_option("-m,--model", o->model,
+                  "GGUF file, a vocab-only file is enough (default: as run finds one)");
   auto* p = cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize");
   auto* f = cmd->add_option("-f,--file", o->file, "Tokenize this file's exact bytes");
   p->excludes(f);
@@ -66,7 +67,11 @@ Action add_tokenize(CLI::App& app) {
   return [o, p, f] {
     if (!*p && !*f) throw UsageError("tokenize needs -p TEXT or -f FILE");
     const std::string text = *f ? read_file_bytes(o->file) : o->prompt;
-    auto file = gguf::File::open(o->model);
+    ModelFlags mf;
+    mf.model = o->model;
+    const ModelChoice choice = resolve_model_path(mf);
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
+    auto file = gguf::File::open(choice.path);
     auto tok = Tokenizer::from_gguf(*file);
     const auto ids = tok->encode(text, !o->no_special, !o->no_special);
     if (o->ids) {

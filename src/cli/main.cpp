@@ -11,6 +11,7 @@
 
 #include "backend/device_choice.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -36,30 +37,74 @@ int main(int argc, char** argv) {
   // The child processes that probe plugins and self-check devices (backend/child_process.h).
   if (std::optional<int> rc = ps::run_child_command(argc, argv)) return *rc;
   CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has"};
+  app.formatter(std::make_shared<ps::cli::HelpFormatter>());
+  // Defaults shown in --help: subcommands take the root's option defaults when created.
+  app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("polystack ") + ps::kVersion);
   std::map<std::string, ps::cli::Action> actions;
   actions["run"] = ps::cli::add_run(app);
+  actions["chat"] = ps::cli::add_chat(app);
+  actions["serve"] = ps::cli::add_serve(app);
   actions["devices"] = ps::cli::add_devices(app);
+  actions["doctor"] = ps::cli::add_doctor(app);
+  actions["bench"] = ps::cli::add_bench(app);
   actions["inspect"] = ps::cli::add_inspect(app);
   actions["tokenize"] = ps::cli::add_tokenize(app);
-  actions["bench"] = ps::cli::add_bench(app);
-  actions["logits"] = ps::cli::add_logits(app);
-  actions["quantize"] = ps::cli::add_quantize(app);
-  actions["doctor"] = ps::cli::add_doctor(app);
-  actions["serve"] = ps::cli::add_serve(app);
   actions["template"] = ps::cli::add_template(app);
-  actions["chat"] = ps::cli::add_chat(app);
-  // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg), which CLI11 does not
-  // take: their long forms here.
+  actions["quantize"] = ps::cli::add_quantize(app);
+  actions["logits"] = ps::cli::add_logits(app);
   std::vector<std::string> args(argv, argv + argc);
+  const std::string usage = fmt::format(
+      "usage: polystack COMMAND [FLAGS]   (polystack help COMMAND: its flags)\n\ncommands:\n{}",
+      ps::cli::command_list(app));
+  auto error = [](const std::string& msg, int rc) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "polystack: error: %s\n", ps::cli::one_line(msg).c_str());
+    return rc;
+  };
+  auto unknown_command = [&](const std::string& name) {
+    std::vector<std::string> names;
+    for (const auto& [n, a] : actions) names.push_back(n);
+    std::string msg = fmt::format("unknown command '{}'", name);
+    if (auto near = ps::cli::nearest(name, names))
+      msg += fmt::format("; did you mean '{}'?", *near);
+    std::string list;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      list += (list.empty() ? "" : ", ") + sub->get_name();
+    return error(msg + " (commands: " + list + ")", 2);
+  };
+  // `polystack`, `polystack help [COMMAND]`.
+  if (args.size() == 1) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (args[1] == "help") {
+    if (args.size() == 2) {
+      std::fputs(usage.c_str(), stdout);
+      return 0;
+    }
+    if (args.size() > 3) return error("help takes one command: polystack help COMMAND", 2);
+    if (!actions.count(args[2])) return unknown_command(args[2]);
+    std::fputs(app.get_subcommand(args[2])->help().c_str(), stdout);
+    return 0;
+  }
+  const bool root_flag = args[1].starts_with("-");
+  if (!root_flag && !actions.count(args[1])) return unknown_command(args[1]);
+  std::map<const CLI::Option*, std::string> spelled;
+  const CLI::App* cmd = root_flag ? nullptr : app.get_subcommand(args[1]);
+  try {
+    if (cmd) spelled = ps::cli::check_arguments(*cmd, {args.begin() + 2, args.end()});
+  } catch (const ps::UsageError& e) {
+    return error(e.what(), 2);
+  }
+  // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg, -np), which CLI11 does
+  // not take: their long forms here.
   for (std::string& a : args)
-    for (const auto& [s, l] : {std::pair{"-ngl", "--n-gpu-layers"},
-                               std::pair{"-sm", "--split-mode"}, std::pair{"-ts", "--tensor-split"},
-                               std::pair{"-mg", "--main-gpu"}, std::pair{"-np", "--parallel"}}) {
-      const std::string short_form = s;
-      if (a == short_form) a = l;
-      if (a.starts_with(short_form + "=")) a = l + a.substr(short_form.size());
+    for (const ps::cli::ShortAlias& s : ps::cli::short_aliases()) {
+      const std::string short_form = s.alias, long_form = s.name;
+      if (a == short_form) a = long_form;
+      if (a.starts_with(short_form + "=")) a = long_form + a.substr(short_form.size());
     }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
@@ -72,24 +117,25 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "polystack: error: %s (see --help)\n",
-                 ps::cli::one_line(e.what()).c_str());
-    return 2;
+    const std::string msg =
+        cmd ? ps::cli::restate_parse_error(e, *cmd, spelled) : std::string(e.what());
+    return error(fmt::format("{} (polystack help {})", msg, cmd ? cmd->get_name() : ""), 2);
   }
   try {
     // A bad POLYSTACK_ISA is the user's mistake, said as such: left to the CPU backend, it
     // would show only as the CPU failing its probe.
     (void)ps::active_isa_level();
   } catch (const ps::UsageError& e) {
-    std::fprintf(stderr, "polystack: error: %s\n", ps::cli::one_line(e.what()).c_str());
-    return 2;
+    return error(e.what(), 2);
   }
   try {
     for (auto* sub : app.get_subcommands()) return actions.at(sub->get_name())();
     return 2;
+  } catch (const CLI::ValidationError& e) {
+    return error(e.what(), 2);
+  } catch (const ps::UsageError& e) {
+    return error(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "polystack: error: %s\n", ps::cli::one_line(e.what()).c_str());
-    return 1;
+    return error(e.what(), 1);
   }
 }
