@@ -361,7 +361,7 @@ Action add_chat(CLI::App& app) {
     check_device_flag(o->mf);
     auto model = LoadedModel::load(choice.path);
     Engine engine(model, o->mf.context, /*n_slots=*/1, /*max_queue=*/0);
-    print_device_choice(engine.context());
+    print_device_choice(engine.context(), o->co.verbose);
     const Tokenizer& tok = *model->tokenizer;
     std::unique_ptr<jinja::ChatTemplate> tmpl = model_chat_template(*model, o->chat_template);
     fmt::print(stderr, "polystack: chat template: {}, context {} tokens\n",

@@ -64,7 +64,7 @@ Action add_serve(CLI::App& app) {
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     o->so.context = o->mf.context;
-    o->so.on_loaded = [](const ModelContext& s) { print_device_choice(s); };
+    o->so.on_loaded = [o](const ModelContext& s) { print_device_choice(s, o->so.verbose); };
     return server::serve(choice.path, o->so);
   };
 }

@@ -38,8 +38,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required);
 // model is loaded.
 void check_device_flag(const ModelFlags& f);
 // The device a session runs on and why, the devices passed over and the self-checks that ran:
-// one line each on stderr.
-void print_device_choice(const ModelContext& s);
+// one line each on stderr. APIs whose hardware is not here only when verbose.
+void print_device_choice(const ModelContext& s, bool verbose = false);
 // The placement plan per device (run -v).
 void print_plan_detail(const ModelContext& s);
 // -ngl's value: auto, all or a count (ContextOptions::n_gpu_layers); CLI::ValidationError else.

@@ -109,13 +109,16 @@ void check_device_flag(const ModelFlags& f) {
   choose_device(Registry::global(), c);
 }
 
-void print_device_choice(const ModelContext& s) {
+void print_device_choice(const ModelContext& s, bool verbose) {
   const ChosenDevice& c = s.device_choice();
   for (const auto& line : c.notes) fmt::print(stderr, "polystack: {}\n", line);
   const DeviceInfo& dev = s.device().info();
   fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, describe_device(dev), c.reason);
   fmt::print(stderr, "polystack: plan: {}\n", s.plan().summary);
   for (const auto& line : c.passed) fmt::print(stderr, "polystack: not chosen: {}\n", line);
+  for (const auto& line : s.warnings()) fmt::print(stderr, "polystack: warning: {}\n", line);
+  if (verbose)
+    for (const auto& line : c.absent) fmt::print(stderr, "polystack: not present: {}\n", line);
   for (const auto& line : s.plan().fallbacks) fmt::print(stderr, "polystack: fallback: {}\n", line);
 }
 

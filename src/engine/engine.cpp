@@ -57,6 +57,7 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, ContextOptions opts, in
   // Finished sequences kept for reuse: a few per slot (their cells are what bounds them).
   opts.n_seq_cached = std::min(4 * n_slots, 256);
   ctx_ = std::make_unique<ModelContext>(std::move(model), opts);
+  warm_up_seconds_ = ctx_->warm_up();
   slots_.resize(size_t(n_slots));
   stats_.n_slots = n_slots;
   update_kv_stats();
@@ -287,6 +288,11 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& detai
   done.decode_steps = s.decode_steps;
   done.transfer_bytes = s.transfer_bytes;
   done.transfer_seconds = s.transfer_seconds;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stats_.usage_prompt_tokens += uint64_t(done.prompt_tokens);
+    stats_.usage_completion_tokens += uint64_t(done.completion_tokens);
+  }
   // The slot is free before the reader hears that the request is done.
   const std::shared_ptr<Stream> stream = s.stream;
   release(s, true);
@@ -337,6 +343,19 @@ void Engine::step() {
       e.prompt_tokens = int(s.req.prompt.size());
       e.completion_tokens = s.generated;
       e.cached_tokens = s.cached_tokens;
+      // The timings so far, for a reader that reports them (run's Ctrl-C).
+      const auto now = std::chrono::steady_clock::now();
+      const bool prompt_over = s.prompt_done >= s.req.prompt.size();
+      e.prompt_seconds =
+          std::chrono::duration<double>((prompt_over ? s.first_logits : now) - s.started).count();
+      e.generation_seconds =
+          prompt_over ? std::chrono::duration<double>(now - s.first_logits).count() : 0.0;
+      e.decode_steps = s.decode_steps;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        stats_.usage_prompt_tokens += uint64_t(e.prompt_tokens);
+        stats_.usage_completion_tokens += uint64_t(e.completion_tokens);
+      }
       release(s, false);  // its cells go back
       stream->push(std::move(e));
       continue;

@@ -80,7 +80,10 @@ class Stream {
 struct EngineStats {
   uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0;
   uint64_t cached_tokens = 0;  // prompt tokens taken from cached sequences instead of evaluated
-  double busy_seconds = 0;     // time the engine spent on forward passes
+  // What the finished requests' usage reported (prompt tokens, cached ones included, and the
+  // tokens generated), cancelled ones too.
+  uint64_t usage_prompt_tokens = 0, usage_completion_tokens = 0;
+  double busy_seconds = 0;  // time the engine spent on forward passes
   int queue_length = 0, busy_slots = 0, n_slots = 0;
   // The KV pool: all cells, those of running sequences and those of cached ones.
   int64_t kv_cells = 0, kv_cells_running = 0, kv_cells_cached = 0;
@@ -100,6 +103,8 @@ class Engine {
   // Ends the request within one step; its reader gets a final "cancelled" event.
   void cancel(const std::shared_ptr<Stream>& stream);
   int n_ctx() const { return ctx_->n_ctx(); }
+  // The context's warm-up before the first request (ModelContext::warm_up).
+  double warm_up_seconds() const { return warm_up_seconds_; }
   EngineStats stats() const;
   // Stops the thread: requests waiting or in flight end with an error event.
   void stop();
@@ -161,6 +166,7 @@ class Engine {
   void update_kv_stats();
   void update_kv_stats_locked();
 
+  double warm_up_seconds_ = 0;
   std::unique_ptr<ModelContext> ctx_;
   const Tokenizer* tok_;
   int max_queue_;

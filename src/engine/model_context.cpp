@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -119,12 +121,17 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
   out.choice = choose_device(reg, device_choice_options(model, opts));
   ChosenDevice& choice = out.choice;
   const bool on_gpu = choice.device_id != "cpu";
-  if (!on_gpu && (opts.main_gpu >= 0 || opts.split_layers || !opts.tensor_split.empty()))
-    throw UsageError(fmt::format("{} needs a GPU, but the model runs on the CPU ({})",
-                                 opts.main_gpu >= 0  ? "--main-gpu"
-                                 : opts.split_layers ? "--split-mode layer"
-                                                     : "--tensor-split",
-                                 choice.reason));
+  if (!on_gpu && (opts.main_gpu >= 0 || opts.split_layers || !opts.tensor_split.empty())) {
+    const std::string flag = opts.main_gpu >= 0           ? "--main-gpu"
+                             : !opts.tensor_split.empty() ? "--tensor-split"
+                                                          : "--split-mode layer";
+    // As llama.cpp: a GPU flag on a machine that runs the model on the CPU changes nothing.
+    if (opts.strict)
+      throw UsageError(fmt::format("{} needs a GPU, but the model runs on the CPU ({}; --strict)",
+                                   flag, choice.reason));
+    choice.notes.push_back(
+        fmt::format("note: {} has no effect: the model runs on the CPU ({})", flag, choice.reason));
+  }
   // The GPUs: the chosen one, or with --split-mode layer / --main-gpu every GPU that passed.
   bool have_main = false;
   if (on_gpu) {
@@ -164,9 +171,33 @@ PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
              : opts.n_gpu_layers == ContextOptions::kNglAll ? LayerRequest::Mode::All
                                                             : LayerRequest::Mode::Count;
   req.count = std::max(opts.n_gpu_layers, 0);
-  req.tensor_split = opts.tensor_split;
+  // Without a GPU, --tensor-split is a no-op (open_devices noted it).
+  if (devices.size() > 1) req.tensor_split = opts.tensor_split;
   req.strict = opts.strict;
   return plan_placement(units, compute, pdevs, req);
+}
+
+// What the user asked for that the model or the machine will not do well: a context beyond what
+// the model was trained for (or its RoPE scaling extends it to), threads beyond the CPUs.
+std::vector<std::string> context_warnings(const ModelParams& p, const ContextOptions& opts,
+                                          const ContextShape& shape) {
+  std::vector<std::string> out;
+  const int64_t usable = std::max(p.n_ctx_usable, p.n_ctx_train);
+  if (p.n_ctx_train > 0 && shape.n_ctx > usable)
+    out.push_back(fmt::format(
+        "a context of {} positions (-c) is beyond the {} the model was trained for{}; text past "
+        "{} may lose coherence",
+        shape.n_ctx, usable,
+        usable != p.n_ctx_train
+            ? fmt::format(" (its context_length {}, extended by its RoPE scaling)", p.n_ctx_train)
+            : std::string(),
+        usable));
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus > 0 && opts.n_threads > int(cpus))
+    out.push_back(fmt::format(
+        "-t {} is more threads than this machine's {} logical CPUs: the extra threads only wait",
+        opts.n_threads, cpus));
+  return out;
 }
 
 ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts)
@@ -185,6 +216,16 @@ ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const Conte
   scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
   allocate_kv(shape);
   upload_weights();
+  warnings_ = context_warnings(model_->model->params(), opts, shape);
+}
+
+double ModelContext::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tokenizer* tok = model_->tokenizer.get();
+  const int32_t id = tok && tok->bos() >= 0 ? tok->bos() : 0;
+  eval(std::span<const int32_t>(&id, 1), false, 0);
+  reset(0);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void ModelContext::allocate_kv(const ContextShape& shape) {

@@ -143,6 +143,13 @@ class ModelContext {
   bool batched() const { return batched_; }
   // Forgets every position of seq; its cells go back to the pool.
   void reset(int seq = 0);
+  // One token through the whole model, then forgotten: the work a device does at first use
+  // (packing weights for the CPU's kernels, building pipelines) done now, so that it is not
+  // counted as the first prompt's time. Returns its seconds.
+  double warm_up();
+  // What was asked that the model or the machine will not do well, one line each: a context
+  // beyond the trained one, more threads than CPUs.
+  const std::vector<std::string>& warnings() const { return warnings_; }
   // Makes sure seq holds cells for positions [0, n_positions): false (nothing taken) when the
   // pool lacks free blocks. eval and eval_batch reserve what they need themselves (UsageError
   // when the pool is full); a caller that can make room first (the engine) asks here.
@@ -204,6 +211,7 @@ class ModelContext {
   Device* device_ = nullptr;
   ChosenDevice choice_;
   PlacementPlan plan_;
+  std::vector<std::string> warnings_;
   std::unique_ptr<Scheduler> scheduler_;
   // Per layer: its group's cells of the pool.
   std::vector<std::unique_ptr<Buffer>> k_cache_, v_cache_;

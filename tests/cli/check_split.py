@@ -15,7 +15,8 @@ flags' errors.
   with --strict it is an error naming the op.
 - `run -v` prints the placement per device and the bytes copied per decode step.
 - `bench -ngl 0,2,all` prints a row per -ngl with the split in the device column.
-- Malformed -ngl, --split-mode, --tensor-split, --main-gpu on the CPU and a malformed
+- Malformed -ngl, --split-mode, --tensor-split, --main-gpu on the CPU (--strict; a note
+  without) and a malformed
   POLYSTACK_DEVICE_MEMORY fail in one line.
 
 Exits 77 (skipped) without the Vulkan plugin or its device.
@@ -269,14 +270,22 @@ def main():
     for bad, what in ((["-ngl", "foo"], "auto, all or a count"), (["-ngl", "-1"], ""),
                       (["--split-mode", "row"], "not supported"), (["--split-mode", "x"], ""),
                       (["--tensor-split", "3,x"], "proportions"),
-                      (["--device", "cpu", "--main-gpu", "0"], "needs a GPU"),
-                      (["--device", "cpu", "--tensor-split", "1,1"], "needs a GPU")):
+                      (["--device", "cpu", "--main-gpu", "0", "--strict"], "needs a GPU"),
+                      (["--device", "cpu", "--tensor-split", "1,1", "--strict"], "needs a GPU")):
         r = run([b, "run", "-m", model] + prompt + bad, env)
         errs = [l for l in r.stderr.splitlines() if l.strip()]
         if r.returncode == 0 or (what and what not in r.stderr) or len(errs) > 3:
             fail(f"run {' '.join(bad)}: rc={r.returncode}: {r.stderr.strip()[-300:]}")
         else:
             print(f"run {' '.join(bad)}: {errs[-1] if errs else ''}")
+
+    # Without --strict, GPU flags on a run that lands on the CPU are no-ops with a note.
+    for flags, name in ((["--main-gpu", "0"], "--main-gpu"), (["--tensor-split", "1,1"],
+                                                              "--tensor-split")):
+        r = run([b, "run", "-m", model, "--device", "cpu"] + prompt + flags, env)
+        if r.returncode != 0 or f"note: {name} has no effect: the model runs on the CPU" \
+                not in r.stderr:
+            fail(f"run --device cpu {' '.join(flags)}: rc={r.returncode}: {r.stderr[-300:]}")
 
     # doctor -m under a cap: a warning with the plan as its summary.
     r = run([b, "doctor", "-m", model, "--api", "vulkan", "--json"],
