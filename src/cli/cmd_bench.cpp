@@ -75,7 +75,7 @@ Action add_bench(CLI::App& app) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  add_model_flags(cmd, o->mf, true);
+  add_model_flags(cmd, o->mf, false);
   cmd->remove_option(cmd->get_option("--threads"));
   cmd->remove_option(cmd->get_option("--device"));
   cmd->remove_option(cmd->get_option("--n-gpu-layers"));
@@ -89,7 +89,8 @@ Action add_bench(CLI::App& app) {
       });
   cmd->add_option("--device", o->devices,
                   "Devices to test (comma-separated specs, e.g. cpu,vulkan:0; default: the one "
-                  "the policy chooses); each row's speed is also given as a ratio to the first")
+                  "the policy chooses); each row's speed is also given as a ratio to the first row "
+                  "of its test")
       ->delimiter(',');
   cmd->add_option("-p,--n-prompt", o->pp, "Prompt lengths to test (comma-separated; 0: skip)")
       ->delimiter(',')
@@ -97,9 +98,11 @@ Action add_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->tg, "Generation lengths to test (comma-separated; 0: skip)")
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-t,--threads", o->threads, "Thread counts to test (comma-separated)")
+  cmd->add_option("-t,--threads", o->threads,
+                  "Thread counts to test (comma-separated; 0: the physical cores, as run; "
+                  "default 0)")
       ->delimiter(',')
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test")
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "Machine-readable output");
@@ -114,7 +117,9 @@ Action add_bench(CLI::App& app) {
       one.context.device = d;
       check_device_flag(one);
     }
-    auto model = LoadedModel::load(o->mf.model, /*with_tokenizer=*/false);
+    const ModelChoice choice = resolve_model_path(o->mf);
+    if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
+    auto model = LoadedModel::load(choice.path, /*with_tokenizer=*/false);
     const ModelParams& p = model->model->params();
     std::vector<int> threads = o->threads;
     if (threads.empty()) threads.push_back(0);
@@ -190,17 +195,15 @@ Action add_bench(CLI::App& app) {
             results.push_back(r);
           }
         }
-    // Each row against the first configuration's row of the same test (and thread count,
-    // when the first configuration has it): the first device and -ngl.
+    // Each row against the first row of the same test (pp512 against pp512): the first
+    // device, -ngl and thread count, whose ratio is 1.00.
     const std::string first = results.empty() ? std::string() : results.front().device;
     const std::string first_ngl = results.empty() ? std::string() : results.front().ngl;
+    const int first_threads = results.empty() ? 0 : results.front().threads;
     const auto ratio = [&](const Result& r) {
-      const Result* base = nullptr;
       for (const Result& b : results)
-        if (b.device == first && b.ngl == first_ngl && b.test == r.test &&
-            (!base || b.threads == r.threads))
-          base = &b;
-      return base && base->mean_tps() > 0 ? r.mean_tps() / base->mean_tps() : 0.0;
+        if (b.test == r.test) return b.mean_tps() > 0 ? r.mean_tps() / b.mean_tps() : 0.0;
+      return 0.0;
     };
 
     const std::string mname =
@@ -209,7 +212,7 @@ Action add_bench(CLI::App& app) {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& r : results)
         out.push_back({{"model", mname},
-                       {"model_file", o->mf.model},
+                       {"model_file", choice.path},
                        {"model_bytes", p.weight_bytes},
                        {"n_params", p.n_params},
                        {"device", r.device},
@@ -224,12 +227,14 @@ Action add_bench(CLI::App& app) {
                        {"stddev_ts", r.stddev_tps()},
                        {"ratio", ratio(r)},
                        {"ratio_to", first},
-                       {"ratio_to_n_gpu_layers", first_ngl}});
+                       {"ratio_to_n_gpu_layers", first_ngl},
+                       {"ratio_to_threads", first_threads}});
       fmt::print("{}\n", out.dump(2));
       return 0;
     }
     std::string vs = fmt::format("vs {}", first);
     if (ngls.size() > 1) vs += " ngl " + first_ngl;
+    if (threads.size() > 1) vs += fmt::format(" t{}", first_threads);
     const int w = std::max<int>(9, int(vs.size()));
     fmt::print("| {:<28} | {:>10} | {:>9} | {:<12} | {:>4} | {:>7} | {:>7} | {:>20} | {:>{}} |\n",
                "model", "size", "params", "device", "ngl", "threads", "test", "t/s", vs, w);
