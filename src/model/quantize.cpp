@@ -17,9 +17,21 @@ namespace {
 const QuantMix kMixes[] = {
     {"F16", DType::F16, 1},      {"BF16", DType::BF16, 32},   {"Q8_0", DType::Q8_0, 7},
     {"Q4_0", DType::Q4_0, 2},    {"Q4_1", DType::Q4_1, 3},    {"Q5_0", DType::Q5_0, 8},
-    {"Q5_1", DType::Q5_1, 9},    {"Q2_K", DType::Q2_K, 10},   {"Q3_K_M", DType::Q3_K, 12},
-    {"Q4_K_M", DType::Q4_K, 15}, {"Q5_K_M", DType::Q5_K, 17}, {"Q6_K", DType::Q6_K, 18},
+    {"Q5_1", DType::Q5_1, 9},    {"Q2_K", DType::Q2_K, 10},   {"Q3_K_S", DType::Q3_K, 11},
+    {"Q3_K_M", DType::Q3_K, 12}, {"Q3_K_L", DType::Q3_K, 13}, {"Q4_K_S", DType::Q4_K, 14},
+    {"Q4_K_M", DType::Q4_K, 15}, {"Q5_K_S", DType::Q5_K, 16}, {"Q5_K_M", DType::Q5_K, 17},
+    {"Q6_K", DType::Q6_K, 18},
 };
+// llama.cpp's quantize takes these names for the medium mixes.
+const std::pair<const char*, const char*> kMixAliases[] = {
+    {"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
+
+bool same_name(std::string_view name, std::string_view m) {
+  if (m.size() != name.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i)
+    if (std::toupper(static_cast<unsigned char>(name[i])) != m[i]) return false;
+  return true;
+}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -49,13 +61,10 @@ DType fallback_for(DType t) {
 }  // namespace
 
 std::optional<QuantMix> find_quant_mix(std::string_view name) {
-  for (const QuantMix& m : kMixes) {
-    if (m.name.size() != name.size()) continue;
-    bool eq = true;
-    for (size_t i = 0; i < name.size() && eq; ++i)
-      eq = std::toupper(static_cast<unsigned char>(name[i])) == m.name[i];
-    if (eq) return m;
-  }
+  for (auto [alias, full] : kMixAliases)
+    if (same_name(name, alias)) name = full;
+  for (const QuantMix& m : kMixes)
+    if (same_name(name, m.name)) return m;
   return std::nullopt;
 }
 
@@ -69,8 +78,7 @@ std::optional<std::string> file_type_name(uint32_t code) {
   for (const QuantMix& m : kMixes)
     if (m.file_type == code) return m.name;
   // Codes of llama.cpp's mixes that polystack runs but does not write.
-  static const std::pair<uint32_t, const char*> kOthers[] = {
-      {0, "F32"}, {11, "Q3_K_S"}, {13, "Q3_K_L"}, {14, "Q4_K_S"}, {16, "Q5_K_S"}};
+  static const std::pair<uint32_t, const char*> kOthers[] = {{0, "F32"}};
   for (auto [c, name] : kOthers)
     if (c == code) return std::string(name);
   return std::nullopt;
@@ -89,16 +97,21 @@ std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::
     if (ends_with(t.name, "attn_v.weight")) {
       if (mix.name == "Q2_K") type = t.n_gqa >= 4 ? DType::Q4_K : DType::Q3_K;
       if (mix.name == "Q3_K_M") type = i < 2 ? DType::Q5_K : DType::Q4_K;
+      if (mix.name == "Q3_K_L") type = DType::Q5_K;
       if ((mix.name == "Q4_K_M" || mix.name == "Q5_K_M") && use_more_bits(i, n)) type = DType::Q6_K;
+      if (mix.name == "Q4_K_S" && i < 4) type = DType::Q5_K;
     } else if (ends_with(t.name, "ffn_down.weight")) {
       if (mix.name == "Q2_K") type = DType::Q3_K;
       if (mix.name == "Q3_K_M") type = i < n / 16 ? DType::Q5_K : DType::Q4_K;
+      if (mix.name == "Q3_K_L") type = DType::Q5_K;
       if ((mix.name == "Q4_K_M" || mix.name == "Q5_K_M") && use_more_bits(i, n)) type = DType::Q6_K;
+      if (mix.name == "Q4_K_S" && i < n / 8) type = DType::Q5_K;
     } else if (ends_with(t.name, "attn_output.weight")) {
       if (mix.name == "Q2_K") type = DType::Q3_K;
       if (mix.name == "Q3_K_M") type = DType::Q4_K;
+      if (mix.name == "Q3_K_L") type = DType::Q5_K;
     } else if (ends_with(t.name, "attn_qkv.weight")) {  // phi3's fused Q, K and V
-      if (mix.name == "Q3_K_M") type = DType::Q4_K;
+      if (mix.name == "Q3_K_M" || mix.name == "Q3_K_L") type = DType::Q4_K;
       if (mix.name == "Q4_K_M") type = DType::Q5_K;
       if (mix.name == "Q5_K_M") type = DType::Q6_K;
     }
@@ -115,7 +128,7 @@ std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::
 }
 
 QuantizeReport quantize_model(const std::string& in, const std::string& out, const QuantMix& mix,
-                              int threads,
+                              int threads, bool allow_requantize,
                               const std::function<void(const QuantizeProgress&)>& progress) {
   const auto file = gguf::File::open(in);
   const std::string arch = file->get_string("general.architecture");
@@ -145,6 +158,13 @@ QuantizeReport quantize_model(const std::string& in, const std::string& out, con
     if (chosen && !dtype_info(t.type).computable && t.type != DType::F32)
       throw UsageError(fmt::format("{}: tensor {} is {}, which polystack cannot read to requantize",
                                    in, t.name, dtype_name(t.type)));
+    const bool source_quantized =
+        t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16;
+    if (chosen && *chosen != t.type && source_quantized && !allow_requantize)
+      throw UsageError(fmt::format(
+          "{}: tensor {} is already quantized ({}): quantizing it again loses more than "
+          "quantizing the original; start from an F16/BF16/F32 file, or pass --allow-requantize",
+          in, t.name, dtype_name(t.type)));
     if (!fallback.empty()) report.fallbacks.push_back(fallback);
     types.push_back(type);
     w.add_tensor(t.name, t.dims, type);

@@ -20,7 +20,8 @@ struct QuantMix {
   DType base;
   uint32_t file_type;
 };
-// The mixes `polystack quantize` takes; nullopt for any other name.
+// The mixes `polystack quantize` takes (and llama.cpp's aliases Q3_K, Q4_K, Q5_K for the _M
+// mixes), in any case; nullopt for any other name.
 std::optional<QuantMix> find_quant_mix(std::string_view name);
 std::vector<std::string> quant_mix_names();
 // The name of llama.cpp's file-type code (general.file_type), e.g. 15 -> "Q4_K_M"; nullopt for
@@ -53,9 +54,10 @@ struct QuantizeReport {
 
 // Reads `in`, writes `out` with every weight matrix converted; all metadata is kept except
 // general.file_type (set to the mix's) and general.quantization_version (2). Throws
-// UsageError / GgufError / ModelError naming the problem.
+// UsageError / GgufError / ModelError naming the problem; UsageError too for a weight already
+// quantized that would be converted, unless allow_requantize (as llama.cpp's quantize).
 QuantizeReport quantize_model(const std::string& in, const std::string& out, const QuantMix& mix,
-                              int threads,
+                              int threads, bool allow_requantize,
                               const std::function<void(const QuantizeProgress&)>& progress);
 
 }  // namespace ps

@@ -31,6 +31,37 @@ TEST(QuantizeRules, FusedGateUpKeepsTheMixAsSeparateUpDoes) {
   EXPECT_EQ(choose("Q3_K_M", "blk.5.ffn_up.weight", 5), DType::Q3_K);
 }
 
+// The small and large mixes by llama.cpp's rules (32 layers: the first eighth is layers 0-3).
+TEST(QuantizeRules, SmallAndLargeMixes) {
+  EXPECT_EQ(choose("Q4_K_S", "blk.3.attn_v.weight", 3), DType::Q5_K);
+  EXPECT_EQ(choose("Q4_K_S", "blk.4.attn_v.weight", 4), DType::Q4_K);
+  EXPECT_EQ(choose("Q4_K_S", "blk.3.ffn_down.weight", 3), DType::Q5_K);
+  EXPECT_EQ(choose("Q4_K_S", "blk.4.ffn_down.weight", 4), DType::Q4_K);
+  EXPECT_EQ(choose("Q4_K_S", "blk.9.attn_q.weight", 9), DType::Q4_K);
+  EXPECT_EQ(choose("Q3_K_L", "blk.9.attn_v.weight", 9), DType::Q5_K);
+  EXPECT_EQ(choose("Q3_K_L", "blk.9.ffn_down.weight", 9), DType::Q5_K);
+  EXPECT_EQ(choose("Q3_K_L", "blk.9.attn_output.weight", 9), DType::Q5_K);
+  EXPECT_EQ(choose("Q3_K_L", "blk.9.attn_qkv.weight", 9), DType::Q4_K);
+  EXPECT_EQ(choose("Q3_K_L", "blk.9.ffn_up.weight", 9), DType::Q3_K);
+  EXPECT_EQ(choose("Q3_K_S", "blk.0.attn_v.weight", 0), DType::Q3_K);
+  EXPECT_EQ(choose("Q3_K_S", "blk.0.ffn_down.weight", 0), DType::Q3_K);
+  EXPECT_EQ(choose("Q5_K_S", "blk.0.attn_v.weight", 0), DType::Q5_K);
+  EXPECT_EQ(choose("Q5_K_S", "output.weight", -1), DType::Q6_K);
+  EXPECT_EQ(choose("Q3_K_S", "output.weight", -1), DType::Q6_K);
+}
+
+TEST(QuantizeRules, LlamaCppNamesAndFileTypes) {
+  EXPECT_EQ(find_quant_mix("Q4_K")->name, "Q4_K_M");
+  EXPECT_EQ(find_quant_mix("q5_k")->name, "Q5_K_M");
+  EXPECT_EQ(find_quant_mix("Q3_K")->name, "Q3_K_M");
+  EXPECT_EQ(find_quant_mix("Q4_K_S")->file_type, 14u);
+  EXPECT_EQ(find_quant_mix("Q5_K_S")->file_type, 16u);
+  EXPECT_EQ(find_quant_mix("Q3_K_S")->file_type, 11u);
+  EXPECT_EQ(find_quant_mix("Q3_K_L")->file_type, 13u);
+  EXPECT_FALSE(find_quant_mix("Q4_K_X").has_value());
+  EXPECT_EQ(file_type_name(14).value_or(""), "Q4_K_S");
+}
+
 TEST(QuantizeRules, VectorsStayAsTheyAre) {
   TensorRole role{"rope_factors_long.weight", {48}};
   EXPECT_FALSE(choose_type(*find_quant_mix("Q4_K_M"), role, nullptr).has_value());
