@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -106,6 +107,7 @@ struct Server {
   std::unique_ptr<jinja::ChatTemplate> chat_template;
   ChatSetup chat;
   std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};  // SIGINT or SIGTERM came: streams end cut short
   std::atomic<uint64_t> next_id{1};
   mutable std::mutex stats_m;
   std::map<int, uint64_t> by_status;
@@ -134,6 +136,12 @@ struct Server {
         stderr, "polystack: request {} {} {}{} in {:.3f} s on {}{}\n", id, path, status, what, s,
         engine->context().device().info().id,
         opts.verbose && !prompt_text.empty() ? fmt::format(", prompt {:?}", prompt_text) : "");
+  }
+
+  // A stream that ended without its last event: its headers said 200, but it did not finish.
+  void log_cut(uint64_t id, const std::string& path, const std::string& why, double s) {
+    fmt::print(stderr, "polystack: request {} {} stream cut short ({}) after {:.3f} s on {}\n", id,
+               path, why, s, engine->context().device().info().id);
   }
 
   void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -229,6 +237,7 @@ struct Server {
                   dump({{"error",
                          {{"code", 500}, {"message", e->error}, {"type", "server_error"}}}}) +
                   "\n\n");
+            *finished = *e;
             sink.done();
             return true;
           }
@@ -250,9 +259,17 @@ struct Server {
           return ok;
         },
         [=, this](bool success) {
-          if (!success || !finished->has_value()) engine->cancel(events);
-          log(id, req.path, 200, finished->has_value() ? &**finished : nullptr,
-              std::chrono::duration<double>(Clock::now() - t0).count(), prompt_text);
+          const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (!success || !finished->has_value()) {
+            engine->cancel(events);
+            log_cut(id, req.path,
+                    stopping ? "the server is stopping" : "the client closed the connection",
+                    seconds);
+          } else if ((*finished)->finish_reason == "error") {
+            log_cut(id, req.path, (*finished)->error, seconds);
+          } else {
+            log(id, req.path, 200, &**finished, seconds, prompt_text);
+          }
         });
   }
 
@@ -271,10 +288,15 @@ struct Server {
         by += fmt::format("polystack_requests_total{{status=\"{}\"}} {}\n", status, n);
     }
     metric("requests_total", "counter", "HTTP requests answered, by status", by);
-    metric("prompt_tokens_total", "counter", "Prompt tokens evaluated",
-           fmt::format("polystack_prompt_tokens_total {}\n", s.prompt_tokens));
-    metric("generated_tokens_total", "counter", "Tokens generated",
-           fmt::format("polystack_generated_tokens_total {}\n", s.generated_tokens));
+    metric("prompt_tokens_total", "counter",
+           "Prompt tokens of finished requests, as their usage reports them (cached ones too)",
+           fmt::format("polystack_prompt_tokens_total {}\n", s.usage_prompt_tokens));
+    metric("generated_tokens_total", "counter",
+           "Tokens generated for finished requests, as their usage reports them",
+           fmt::format("polystack_generated_tokens_total {}\n", s.usage_completion_tokens));
+    metric("prompt_tokens_evaluated_total", "counter",
+           "Prompt tokens the model evaluated (those taken from cached sequences are not)",
+           fmt::format("polystack_prompt_tokens_evaluated_total {}\n", s.prompt_tokens));
     metric("tokens_per_second", "gauge", "Tokens evaluated per second of engine time",
            fmt::format("polystack_tokens_per_second {:.3f}\n",
                        s.busy_seconds > 0
@@ -335,6 +357,26 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  httplib::Server http;
+  // Enough threads for every slot, the queue and a few quick requests beside them.
+  const size_t threads = size_t(opts.n_slots + opts.max_queue + 4);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(size_t(64) << 20);
+  // SO_REUSEADDR (a restart binds while old connections linger) but not cpp-httplib's default
+  // SO_REUSEPORT, with which a second server on the same port would silently share it.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // The port before the model: a port in use is said at once, not after a long load.
+  if (!http.bind_to_port(opts.host, opts.port)) {
+    const bool in_use = errno == EADDRINUSE;
+    throw UsageError(in_use ? fmt::format("port {} is in use on {}; choose another with --port",
+                                          opts.port, opts.host)
+                            : fmt::format("cannot listen on {}:{}: {} (--host, --port)", opts.host,
+                                          opts.port, std::strerror(errno)));
+  }
+
   Server s;
   s.opts = opts;
   s.model = LoadedModel::load(model_path);
@@ -352,17 +394,6 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   fmt::print(stderr, "polystack: chat template: {}\n",
              describe_chat_template(*s.chat_template, opts.enable_thinking));
 
-  httplib::Server http;
-  // Enough threads for every slot, the queue and a few quick requests beside them.
-  const size_t threads = size_t(opts.n_slots + opts.max_queue + 4);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(size_t(64) << 20);
-  // SO_REUSEADDR (a restart binds while old connections linger) but not cpp-httplib's default
-  // SO_REUSEPORT, with which a second server on the same port would silently share it.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     // The page itself asks for the key; /health is for load balancers.
     if (opts.api_key.empty() || req.path == "/health" ||
@@ -468,14 +499,12 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     res.set_content(s.metrics(), "text/plain; version=0.0.4");
   });
 
-  if (!http.bind_to_port(opts.host, opts.port))
-    throw UsageError(fmt::format("cannot listen on {}:{} (in use, or not an address here)",
-                                 opts.host, opts.port));
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (sig != 0) {
       fmt::print(stderr, "polystack: {}: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      s.stopping = true;
       s.engine->stop();
       http.stop();
     }

@@ -102,6 +102,26 @@ CompletionRequest read_common(const json& b, int32_t n_vocab) {
   return r;
 }
 
+// Fields of OpenAI's API whose meaning polystack does not give yet: a request that relies on
+// them is refused, naming the field, rather than answered as if they were absent.
+void refuse_unsupported(const json& b) {
+  const auto given = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
+  if (given("tools") && !(b["tools"].is_array() && b["tools"].empty()))
+    throw invalid("'tools' is not supported yet: replies are not parsed into tool calls");
+  if (given("tool_choice") && b["tool_choice"] != "none")
+    throw invalid("'tool_choice' is not supported yet: replies are not parsed into tool calls");
+  if (given("functions")) throw invalid("'functions' is not supported yet");
+  if (given("response_format") &&
+      !(b["response_format"].is_object() && b["response_format"].value("type", "") == "text"))
+    throw invalid(
+        "'response_format' is not supported yet: replies are not constrained to JSON or a "
+        "schema (only {\"type\": \"text\"} is taken)");
+  if (given("logprobs") && b["logprobs"] != false && b["logprobs"] != 0)
+    throw invalid("'logprobs' is not supported yet");
+  if (given("top_logprobs") && b["top_logprobs"] != 0)
+    throw invalid("'top_logprobs' is not supported yet");
+}
+
 void check_fits(const CompletionRequest& r, int n_ctx) {
   if (r.prompt.empty()) throw invalid("the prompt is empty");
   if (int64_t(r.prompt.size()) >= n_ctx)
@@ -198,6 +218,7 @@ std::string render_chat(std::string_view body, const ChatSetup& chat) {
 CompletionBody parse_completion(std::string_view body, bool chat, const Tokenizer& tok,
                                 const ChatSetup& setup, int n_ctx) {
   const json b = parse_body(body);
+  refuse_unsupported(b);
   CompletionBody out;
   out.request = read_common(b, tok.n_vocab());
   // The rendered text holds the template's control tokens as text: parsed as special tokens.

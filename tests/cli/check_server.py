@@ -332,7 +332,8 @@ def main():
         except subprocess.TimeoutExpired:
             r = subprocess.CompletedProcess([], 0, "", "still serving after 60 s")
         errs = [l for l in r.stderr.splitlines() if l.startswith("polystack: error:")]
-        if r.returncode == 0 or len(errs) != 1 or "cannot listen" not in errs[0]:
+        if r.returncode != 2 or len(errs) != 1 or \
+                f"port {srv.port} is in use on 127.0.0.1; choose another with --port" not in errs[0]:
             fail(f"a second server on port {srv.port}: rc={r.returncode} {r.stderr[-300:]}")
         else:
             print("a port in use:", errs[0])
