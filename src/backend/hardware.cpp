@@ -20,8 +20,13 @@ GpuHardware scan_gpu_hardware() {
   GpuHardware hw;
   try {
     const doctor::Sysroot root = doctor::Sysroot::from_env();
-    // WSL reaches the host's GPUs through /dev/dxg, with nothing on the guest's PCI bus.
-    if (root.exists("/dev/dxg") || !root.is_dir("/sys/bus/pci/devices")) return hw;
+    // WSL reaches the host's GPUs through /dev/dxg, with nothing on the guest's PCI bus; Tegra
+    // boards (Jetson) have an NVIDIA GPU that is not on PCI. On both, the probe's words stand.
+    const std::string release = root.read_line("/proc/sys/kernel/osrelease").value_or("");
+    if (root.exists("/dev/dxg") || release.find("microsoft") != std::string::npos ||
+        release.find("WSL") != std::string::npos || root.exists("/etc/nv_tegra_release") ||
+        root.exists("/dev/nvhost-ctrl-gpu") || !root.is_dir("/sys/bus/pci/devices"))
+      return hw;
     hw.known = true;
     for (const std::string& a : root.list("/sys/bus/pci/devices")) {
       const std::string dir = "/sys/bus/pci/devices/" + a;
@@ -32,9 +37,6 @@ GpuHardware scan_gpu_hardware() {
       hw.nvidia |= vendor == 0x10de;
       hw.amd |= vendor == 0x1002;
     }
-    // Jetson and other Tegra boards: an NVIDIA GPU that is not on the PCI bus.
-    if (root.exists("/etc/nv_tegra_release") || root.exists("/dev/nvhost-ctrl-gpu"))
-      hw.nvidia = hw.any_gpu = true;
   } catch (const std::exception&) {
     return GpuHardware{};  // a POLYSTACK_SYSROOT that is not a folder: doctor says so
   }

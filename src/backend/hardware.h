@@ -13,7 +13,8 @@ struct GpuHardware {
 
 // The display, 3D and processing-accelerator devices under POLYSTACK_SYSROOT (default "/")'s
 // /sys/bus/pci/devices. Unknown where the bus is not visible, and where GPUs are reached
-// without it (WSL's /dev/dxg); NVIDIA's Tegra GPUs, which are not on PCI, count as NVIDIA.
+// without it: WSL (its /dev/dxg, or "microsoft" in the kernel release) and NVIDIA's Tegra
+// boards, whose GPU is not on PCI.
 GpuHardware scan_gpu_hardware();
 
 // A report of no devices, said in terms of the hardware: its reason replaced, and no_hardware

@@ -284,6 +284,7 @@ int probe_child_main(const std::string& path) {
   if (backend) {
     write_report_line(nlohmann::json{{"stage", "probing"}}.dump());
     Registry reg;
+    reg.set_hardware(GpuHardware{});  // the probe's own words: the parent reads the hardware
     reg.add(std::move(backend));
     r = reg.probe(api);
   }

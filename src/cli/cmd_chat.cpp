@@ -338,6 +338,9 @@ Action add_chat(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
+  cmd->get_option("--model")->description(
+      "GGUF model file (default: POLYSTACK_CHAT_MODEL, else the default chat model; see the "
+      "README)");
   cmd->add_option("--system", o->co.system, "The system prompt");
   add_chat_template_flags(cmd, o->chat_template, o->reasoning);
   cmd->add_flag("--hide-thinking", o->co.hide_thinking, "Do not show the model's thinking");

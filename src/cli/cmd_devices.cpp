@@ -120,10 +120,7 @@ Action add_devices(CLI::App& app) {
         fmt::print("{:<9} not used: {} device(s) found, none usable (see above)\n", api_name(r.api),
                    r.devices.size());
       else
-        fmt::print("{:<9} not used: {}{}\n", api_name(r.api), r.reason,
-                   r.detail.empty() || r.reason.find(r.detail) != std::string::npos
-                       ? std::string()
-                       : fmt::format(" (its probe: {})", r.detail));
+        fmt::print("{:<9} not used: {}\n", api_name(r.api), r.reason);
     }
     fmt::print("\n");
     for (const auto& line : choice.notes) fmt::print("{}\n", line);

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <iostream>
-#include <iterator>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -31,9 +31,16 @@ std::string describe(const LoadedModel& m) {
 
 // The prompt from stdin, whole.
 std::string read_stdin() {
-  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  if (!std::cin.eof() && std::cin.fail()) throw UsageError("stdin: cannot read the prompt");
-  return text;
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n == 0) return text;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw UsageError(fmt::format("stdin: cannot read the prompt: {}", std::strerror(errno)));
+    text.append(buf, size_t(n));
+  }
 }
 
 // Ctrl-C stops the generation: the first ends it cleanly (the text so far, its timings, exit

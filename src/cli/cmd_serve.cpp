@@ -16,6 +16,9 @@ Action add_serve(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
+  cmd->get_option("--model")->description(
+      "GGUF model file (default: POLYSTACK_CHAT_MODEL, else the default chat model; see the "
+      "README)");
   cmd->add_option("--host", o->so.host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o->so.port, "Port to listen on (default 8080)")
       ->check(CLI::Range(1, 65535));

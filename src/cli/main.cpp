@@ -36,7 +36,8 @@ std::string one_line(std::string_view s) { return printable(s, true); }
 int main(int argc, char** argv) {
   // The child processes that probe plugins and self-check devices (backend/child_process.h).
   if (std::optional<int> rc = ps::run_child_command(argc, argv)) return *rc;
-  CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has"};
+  CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has",
+               "polystack"};
   app.formatter(std::make_shared<ps::cli::HelpFormatter>());
   // Defaults shown in --help: subcommands take the root's option defaults when created.
   app.option_defaults()->always_capture_default();
@@ -86,26 +87,30 @@ int main(int argc, char** argv) {
     }
     if (args.size() > 3) return error("help takes one command: polystack help COMMAND", 2);
     if (!actions.count(args[2])) return unknown_command(args[2]);
-    std::fputs(app.get_subcommand(args[2])->help().c_str(), stdout);
+    std::fputs(app.get_subcommand(args[2])->help("polystack").c_str(), stdout);
     return 0;
   }
   const bool root_flag = args[1].starts_with("-");
   if (!root_flag && !actions.count(args[1])) return unknown_command(args[1]);
-  std::map<const CLI::Option*, std::string> spelled;
+  ps::cli::CheckedArguments checked;
   const CLI::App* cmd = root_flag ? nullptr : app.get_subcommand(args[1]);
   try {
-    if (cmd) spelled = ps::cli::check_arguments(*cmd, {args.begin() + 2, args.end()});
+    if (cmd) {
+      checked = ps::cli::check_arguments(*cmd, {args.begin() + 2, args.end()});
+      // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg, -np), which CLI11
+      // does not take, in their long forms.
+      std::copy(checked.args.begin(), checked.args.end(), args.begin() + 2);
+    } else if (args[1] != "--help" && args[1] != "-h" && args[1] != "--version") {
+      const std::vector<std::string> root_flags = {"--help", "-h", "--version"};
+      const std::string name = args[1].substr(0, args[1].find('='));
+      const auto near = ps::cli::nearest(name, root_flags);
+      throw ps::UsageError(
+          fmt::format("unknown flag '{}'{} (a command comes first: polystack help lists them)",
+                      name, near ? fmt::format("; did you mean {}?", *near) : ""));
+    }
   } catch (const ps::UsageError& e) {
     return error(e.what(), 2);
   }
-  // llama.cpp's short options of several letters (-ngl, -sm, -ts, -mg, -np), which CLI11 does
-  // not take: their long forms here.
-  for (std::string& a : args)
-    for (const ps::cli::ShortAlias& s : ps::cli::short_aliases()) {
-      const std::string short_form = s.alias, long_form = s.name;
-      if (a == short_form) a = long_form;
-      if (a.starts_with(short_form + "=")) a = long_form + a.substr(short_form.size());
-    }
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
@@ -117,9 +122,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string msg =
-        cmd ? ps::cli::restate_parse_error(e, *cmd, spelled) : std::string(e.what());
-    return error(fmt::format("{} (polystack help {})", msg, cmd ? cmd->get_name() : ""), 2);
+    if (!cmd) return error(e.what(), 2);
+    return error(fmt::format("{} (polystack help {})",
+                             ps::cli::restate_parse_error(e, *cmd, checked), cmd->get_name()),
+                 2);
   }
   try {
     // A bad POLYSTACK_ISA is the user's mistake, said as such: left to the CPU backend, it

@@ -21,7 +21,9 @@ void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::str
 }
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
-  auto* m = cmd->add_option("-m,--model", f.model, "GGUF model file");
+  auto* m = cmd->add_option("-m,--model", f.model,
+                            "GGUF model file (default: POLYSTACK_MODEL, else the default model; "
+                            "see the README)");
   if (model_required) m->required();
   cmd->add_option("-c,--ctx-size", f.context.n_ctx,
                   "Context size in tokens: the KV pool's cells, shared by every sequence (0: the "

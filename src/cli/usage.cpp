@@ -94,7 +94,8 @@ std::optional<std::string> nearest(const std::string& word,
   size_t best_d = limit + 1;
   for (const std::string& c : candidates) {
     const size_t d = distance(word, c);
-    if (d < best_d) best_d = d, best = c;
+    // Not when every letter differs: -x is one edit from -h, but not a slip of it.
+    if (d < best_d && d < letters) best_d = d, best = c;
   }
   if (best) return best;
   // A prefix of exactly one candidate ("--thread" for "--threads").
@@ -105,10 +106,18 @@ std::optional<std::string> nearest(const std::string& word,
   return std::nullopt;
 }
 
-std::map<const CLI::Option*, std::string> check_arguments(const CLI::App& cmd,
-                                                          const std::vector<std::string>& args) {
-  std::map<const CLI::Option*, std::string> spelled;
+CheckedArguments check_arguments(const CLI::App& cmd, const std::vector<std::string>& args) {
+  CheckedArguments out;
+  out.args = args;
   const std::string where = cmd.get_name();
+  const auto unknown = [&](const std::string& name, std::optional<std::string> near) {
+    if (!near) near = nearest(name, flag_names(cmd));
+    throw UsageError(
+        near ? fmt::format("unknown flag '{}' for {}; did you mean {}?", name, where, *near)
+             : fmt::format("unknown flag '{}' for {} (polystack help {} lists its "
+                           "flags)",
+                           name, where, where));
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& t = args[i];
     if (t == "--") break;
@@ -127,49 +136,83 @@ std::map<const CLI::Option*, std::string> check_arguments(const CLI::App& cmd,
       attached = true;
     }
     std::string long_name = name;
-    for (const ShortAlias& a : short_aliases())
+    for (const ShortAlias& a : short_aliases()) {
       if (name == a.alias) long_name = a.name;
+      // llama.cpp's -ngl99 is not taken by llama.cpp either: said so, with the spaced form.
+      const std::string alias = a.alias;
+      if (name.size() > alias.size() && name.starts_with(alias) &&
+          std::isdigit(uint8_t(name[alias.size()])) && find_option(cmd, a.name))
+        unknown(name, alias + " " + name.substr(alias.size()));
+    }
     if (!t.starts_with("--") && long_name == name && name.size() > 2) {
-      name = t.substr(0, 2);  // -n5: a short flag with its value attached
-      long_name = name;
+      // -temp: a long flag with one dash (llama.cpp takes some so); -n5: a short flag with its
+      // value attached.
+      const std::string dashed = "-" + name;
+      if (find_option(cmd, dashed)) unknown(name, dashed);
+      const CLI::Option* short_opt = find_option(cmd, t.substr(0, 2));
+      if (!short_opt || short_opt->get_expected_max() == 0 || attached) unknown(name, std::nullopt);
+      name = long_name = t.substr(0, 2);
       attached = true;
     }
     const CLI::Option* opt = find_option(cmd, long_name);
-    if (!opt) {
-      std::string msg = fmt::format("unknown flag '{}' for {}", name, where);
-      if (auto near = nearest(name, flag_names(cmd)))
-        msg += fmt::format("; did you mean {}?", *near);
-      else
-        msg += fmt::format(" (polystack help {} lists its flags)", where);
-      throw UsageError(msg);
-    }
-    spelled[opt] = name;
+    if (!opt) unknown(name, std::nullopt);
+    out.spelled[opt] = name;
+    if (long_name != name)  // an alias: CLI11 takes the long form
+      out.args[i] = attached ? long_name + t.substr(name.size()) : long_name;
+    else if (name.size() == 2 && t.size() > 2 && t[2] == '=')  // -n=5: CLI11 would read "=5"
+      out.args[i] = name + t.substr(3);
     if (attached || opt->get_expected_max() == 0) continue;  // a flag takes no value
     if (opt->get_items_expected_max() > 1) {
-      while (i + 1 < args.size() && (args[i + 1].empty() || args[i + 1][0] != '-')) ++i;
+      // A list: the words up to the next flag (a negative number is a value).
+      while (i + 1 < args.size() &&
+             (args[i + 1].empty() || args[i + 1][0] != '-' || is_number(args[i + 1])))
+        ++i;
     } else {
-      ++i;  // its value, whatever it looks like ("-p -", "--seed -1")
+      ++i;  // its value, whatever it looks like ("-p -", "--seed -1", "-p -ngl")
     }
   }
-  return spelled;
+  return out;
 }
 
 std::string restate_parse_error(const CLI::ParseError& e, const CLI::App& cmd,
-                                const std::map<const CLI::Option*, std::string>& spelled) {
+                                const CheckedArguments& checked) {
   std::string msg = e.what();
+  std::smatch m;
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    // CLI11 lists them last first ("not expected: c b a"): in the order written here.
+    std::vector<std::string> words;
+    const size_t colon = msg.find(": ");
+    std::string tail = colon == std::string::npos ? "" : msg.substr(colon + 2);
+    for (size_t at = 0; at < tail.size();) {
+      const size_t sp = std::min(tail.find(' ', at), tail.size());
+      words.push_back(tail.substr(at, sp - at));
+      at = sp + 1;
+    }
+    std::reverse(words.begin(), words.end());
+    return fmt::format("unexpected argument{} for {}: {}", words.size() == 1 ? "" : "s",
+                       cmd.get_name(), fmt::join(words, " "));
+  }
   // CLI11: "--ctx-size: Value -5 not in range 0 to 16777216".
   static const std::regex range(R"(Value (\S+) not in range (\S+) to (\S+))");
-  msg = std::regex_replace(msg, range, "$1 is out of range ($2 to $3)");
+  if (std::regex_search(msg, m, range))
+    msg = std::regex_replace(msg, range,
+                             is_number(m[1].str()) ? "$1 is out of range ($2 to $3)"
+                                                   : "'$1' is not a number ($2 to $3)");
   static const std::regex conversion(R"(Could not convert: (\S+) = (.*))");
-  std::smatch m;
   if (std::regex_search(msg, m, conversion))
     msg = fmt::format("{}: '{}' is not a valid value", m[1].str(), m[2].str());
-  static const std::regex missing(R"((\S+): 1 required \S+ missing)");
+  static const std::regex missing(R"((\S+): 1 required .* missing)");
   if (std::regex_search(msg, m, missing)) msg = fmt::format("{} needs a value", m[1].str());
+  static const std::regex repeated(R"((\S+): At Most 1 required but received \d+)");
+  if (std::regex_search(msg, m, repeated))
+    msg = fmt::format("{} is given more than once (it takes one value)", m[1].str());
+  // A check that names its option inside CLI11's "--opt: " prefix.
+  static const std::regex twice(R"(^(\S+): \1: )");
+  msg = std::regex_replace(msg, twice, "$1: ");
   // Option names as the user wrote them (-c, not --ctx-size).
   for (const CLI::Option* o : cmd.get_options()) {
-    auto it = spelled.find(o);
-    if (it == spelled.end()) continue;
+    auto it = checked.spelled.find(o);
+    if (it == checked.spelled.end()) continue;
     const std::string shown = o->get_name();
     if (shown != it->second) msg = replace_all(msg, shown, it->second);
   }

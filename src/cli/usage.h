@@ -26,15 +26,18 @@ std::optional<std::string> nearest(const std::string& word,
                                    const std::vector<std::string>& candidates);
 
 // Checks a command's arguments before CLI11 parses them, so that errors name what the user
-// wrote: an unknown flag ("unknown flag '--tmp' for run; did you mean --temp?"), an argument
-// no flag takes. Throws UsageError. Returns, for each option given, the spelling used.
-std::map<const CLI::Option*, std::string> check_arguments(const CLI::App& cmd,
-                                                          const std::vector<std::string>& args);
+// wrote: an unknown flag ("unknown flag '--tmp' for run; did you mean --temp?"), a long flag
+// with one dash, an argument no flag takes. Throws UsageError.
+struct CheckedArguments {
+  std::map<const CLI::Option*, std::string> spelled;  // each option given: the spelling used
+  std::vector<std::string> args;  // the arguments with each alias flag (not value) made long
+};
+CheckedArguments check_arguments(const CLI::App& cmd, const std::vector<std::string>& args);
 
-// CLI11's message for a parse error, with option names as the user wrote them and in plain
-// words where CLI11's are not.
+// CLI11's message for a parse error, with option names as the user wrote them, stray words in
+// their order, and plain words where CLI11's are not.
 std::string restate_parse_error(const CLI::ParseError& e, const CLI::App& cmd,
-                                const std::map<const CLI::Option*, std::string>& spelled);
+                                const CheckedArguments& checked);
 
 // Help text with each option's default (where the description does not state it) and the
 // short aliases beside the long names.

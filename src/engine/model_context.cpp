@@ -11,6 +11,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "graph/ops.h"
 
@@ -192,11 +193,13 @@ std::vector<std::string> context_warnings(const ModelParams& p, const ContextOpt
             ? fmt::format(" (its context_length {}, extended by its RoPE scaling)", p.n_ctx_train)
             : std::string(),
         usable));
+  const int cores = physical_core_count();
   const unsigned cpus = std::thread::hardware_concurrency();
-  if (cpus > 0 && opts.n_threads > int(cpus))
+  if (opts.n_threads > cores)
     out.push_back(fmt::format(
-        "-t {} is more threads than this machine's {} logical CPUs: the extra threads only wait",
-        opts.n_threads, cpus));
+        "-t {} is more threads than this machine's {} cores ({} logical CPUs): threads that "
+        "share a core, or wait for one, add little or slow the rest",
+        opts.n_threads, cores, cpus));
   return out;
 }
 

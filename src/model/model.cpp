@@ -92,10 +92,12 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
     throw ModelError(fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear)",
                                  f.path(), scaling_key, scaling));
   }
+  // Where the file says what it was trained for before the scaling, the factor extends that;
+  // else context_length is taken as it stands (converters often give the extended one there).
   p.n_ctx_usable = p.n_ctx_train;
-  if (scaling != "none" && factor > 1.0f) {
-    const int64_t orig =
-        f.get_int(a + ".rope.scaling.original_context_length", p.n_ctx_train, 1, int64_t(1) << 24);
+  const std::string orig_key = a + ".rope.scaling.original_context_length";
+  if (scaling != "none" && factor > 1.0f && f.has(orig_key)) {
+    const int64_t orig = f.get_int(orig_key, p.n_ctx_train, 1, int64_t(1) << 24);
     p.n_ctx_usable = std::max(p.n_ctx_train, int64_t(double(orig) * factor));
   }
 }

@@ -21,7 +21,7 @@ struct ModelParams {
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   // The context the file says the model handles: n_ctx_train, or more where it declares RoPE
-  // scaling by a factor (of rope.scaling.original_context_length, else of n_ctx_train).
+  // scaling by a factor of its rope.scaling.original_context_length.
   int64_t n_ctx_usable = 0;
   int64_t n_embd = 0;
   int64_t n_layer = 0;

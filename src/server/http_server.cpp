@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/chat_setup.h"
@@ -369,30 +371,21 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   // The port before the model: a port in use is said at once, not after a long load.
+  errno = 0;
   if (!http.bind_to_port(opts.host, opts.port)) {
-    const bool in_use = errno == EADDRINUSE;
-    throw UsageError(in_use ? fmt::format("port {} is in use on {}; choose another with --port",
-                                          opts.port, opts.host)
-                            : fmt::format("cannot listen on {}:{}: {} (--host, --port)", opts.host,
-                                          opts.port, std::strerror(errno)));
+    const int err = errno;
+    throw UsageError(
+        err == EADDRINUSE ? fmt::format("port {} is in use on {}; choose another with --port",
+                                        opts.port, opts.host)
+        : err == 0        ? fmt::format("cannot listen on {}:{}: not an address of this machine "
+                                               "(--host)",
+                                        opts.host, opts.port)
+                          : fmt::format("cannot listen on {}:{}: {} (--host, --port)", opts.host,
+                                        opts.port, std::strerror(err)));
   }
 
   Server s;
   s.opts = opts;
-  s.model = LoadedModel::load(model_path);
-  s.model_id =
-      opts.alias.empty() ? std::filesystem::path(model_path).filename().string() : opts.alias;
-  s.chat_template = model_chat_template(*s.model, opts.chat_template);
-  s.chat = {s.chat_template.get(), opts.enable_thinking};
-  s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
-  if (opts.on_loaded) opts.on_loaded(s.engine->context());
-  fmt::print(stderr,
-             "polystack: {} slots over one KV pool of {} cells ({} MiB; up to {} per request), "
-             "model id '{}'\n",
-             opts.n_slots, s.engine->context().kv_pool().total_cells(),
-             s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(), s.model_id);
-  fmt::print(stderr, "polystack: chat template: {}\n",
-             describe_chat_template(*s.chat_template, opts.enable_thinking));
 
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     // The page itself asks for the key; /health is for load balancers.
@@ -496,8 +489,42 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
       send_error(res, 501, "not_implemented_error", "metrics are off (start with --metrics)");
       return;
     }
+    if (!s.ready) {
+      send_error(res, 503, "unavailable_error", "the model is loading");
+      return;
+    }
     res.set_content(s.metrics(), "text/plain; version=0.0.4");
   });
+
+  // Listening from here on: while the model loads, /health answers {"status":"loading"} with
+  // 503 and the other routes 503 too, rather than leaving connections waiting.
+  std::atomic<bool> listener_done{false}, listened{true};
+  std::thread listener([&] {
+    listened = http.listen_after_bind();
+    listener_done = true;
+  });
+  while (!http.is_running() && !listener_done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  try {
+    s.model = LoadedModel::load(model_path);
+    s.model_id =
+        opts.alias.empty() ? std::filesystem::path(model_path).filename().string() : opts.alias;
+    s.chat_template = model_chat_template(*s.model, opts.chat_template);
+    s.chat = {s.chat_template.get(), opts.enable_thinking};
+    s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
+    if (opts.on_loaded) opts.on_loaded(s.engine->context());
+    fmt::print(stderr,
+               "polystack: {} slots over one KV pool of {} cells ({} MiB; up to {} per request), "
+               "model id '{}'\n",
+               opts.n_slots, s.engine->context().kv_pool().total_cells(),
+               s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(), s.model_id);
+    fmt::print(stderr, "polystack: chat template: {}\n",
+               describe_chat_template(*s.chat_template, opts.enable_thinking));
+  } catch (...) {
+    http.stop();
+    listener.join();
+    throw;
+  }
 
   std::thread signals([&] {
     int sig = 0;
@@ -511,7 +538,8 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   });
   s.ready = true;
   fmt::print(stderr, "polystack: listening on http://{}:{}\n", opts.host, opts.port);
-  const bool ok = http.listen_after_bind();
+  listener.join();
+  const bool ok = listened;
   // The signal thread ends with a signal of our own when the listener stopped for another
   // reason.
   if (http.is_running()) http.stop();

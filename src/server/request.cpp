@@ -112,7 +112,8 @@ void refuse_unsupported(const json& b) {
     throw invalid("'tool_choice' is not supported yet: replies are not parsed into tool calls");
   if (given("functions")) throw invalid("'functions' is not supported yet");
   if (given("response_format") &&
-      !(b["response_format"].is_object() && b["response_format"].value("type", "") == "text"))
+      !(b["response_format"].is_object() && b["response_format"].contains("type") &&
+        b["response_format"]["type"] == "text"))
     throw invalid(
         "'response_format' is not supported yet: replies are not constrained to JSON or a "
         "schema (only {\"type\": \"text\"} is taken)");

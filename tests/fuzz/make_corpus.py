@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request", "fuzz_template",
-           "fuzz_device_parsers", "fuzz_doctor_parsers"]
+           "fuzz_device_parsers", "fuzz_doctor_parsers", "fuzz_cli_args"]
 # The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
 VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
 
@@ -182,6 +182,19 @@ def template_seeds(shared: Path) -> list:
     return seeds
 
 
+def cli_seeds() -> list:
+    """Command lines, NUL between the arguments."""
+    lines = [["run", "-m", "m.gguf", "-p", "Once upon", "-n", "64", "--temp", "0"],
+             ["run", "-ngl", "all", "-sm", "layer", "-ts", "3,1", "-mg", "0", "-c", "-5"],
+             ["run", "--tmp", "0.5", "-p", "-", "--raw", "--system", "x"],
+             ["run", "-p", "two", "words", "--", "--x"], ["run", "--ctx-size=4096", "-n5"],
+             ["bench", "-p", "128,512", "-n", "0", "-t", "1,0", "-ngl", "0,8,all", "--json"],
+             ["bench", "--device", "cpu,vulkan:0", "--thread", "2"],
+             ["quantize", "in.gguf", "out.gguf", "Q4_K", "--allow-requantize", "-t", "0"],
+             ["rnu", "-p"], ["run", "-h"]]
+    return [b"\0".join(a.encode() for a in line) for line in lines]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -215,6 +228,8 @@ def main() -> int:
             seeds = doctor_seeds()
         elif target == "fuzz_template":
             seeds = template_seeds(a.shared)
+        elif target == "fuzz_cli_args":
+            seeds = cli_seeds()
         (a.out / target).mkdir(parents=True, exist_ok=True)
         for s in seeds:
             write(a.out, target, s)

@@ -123,6 +123,20 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
   EXPECT_EQ(error_of(tok, R"({"messages": [{"role": "wizard", "content": "hi"}]})", true),
             "400 invalid_request_error: messages[0]: unknown role 'wizard' (system, developer, "
             "user, assistant, tool or function)");
+  // Fields whose meaning is not given yet are refused by name, whatever their shape.
+  for (const char* field :
+       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")",
+        R"("response_format": {"type": "json_object"})", R"("response_format": {"type": 5})",
+        R"("response_format": "json")", R"("logprobs": true)", R"("logprobs": 3)",
+        R"("top_logprobs": 2)", R"("functions": [])"}) {
+    const std::string e = error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field));
+    EXPECT_EQ(e.rfind("400 invalid_request_error: '", 0), 0u) << field << ": " << e;
+    EXPECT_NE(e.find("is not supported yet"), std::string::npos) << field << ": " << e;
+  }
+  for (const char* field :
+       {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
+        R"("response_format": {"type": "text"})", R"("logprobs": false)", R"("top_logprobs": 0)"})
+    EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
   const std::string long_prompt = fmt::format(R"({{"prompt": "{}"}})", std::string(200, 'a'));
   EXPECT_EQ(error_of(tok, long_prompt).substr(0, 30), "400 exceed_context_size_error:");
 }
