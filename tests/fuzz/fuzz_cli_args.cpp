@@ -38,10 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   app.formatter(std::make_shared<ps::cli::HelpFormatter>());
   app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
-  // Registered only: the actions are never run.
-  (void)ps::cli::add_run(app);
-  (void)ps::cli::add_bench(app);
-  (void)ps::cli::add_quantize(app);
+  // Registered only: the actions are never run, but they own what the options write to.
+  const std::vector<ps::cli::Action> actions = {ps::cli::add_run(app), ps::cli::add_bench(app),
+                                                ps::cli::add_quantize(app)};
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
     names.push_back(sub->get_name());
