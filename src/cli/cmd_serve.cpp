@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "server/browser_policy.h"
 #include "server/http_server.h"
 
 namespace ps::cli {
@@ -37,6 +38,13 @@ Action add_serve(CLI::App& app) {
       cmd->add_option("--api-key-file", o->api_key_file, "Read the API key from a file");
   key->excludes(key_file);
   cmd->add_option("--alias", o->so.alias, "The model id /v1/models gives (default: file name)");
+  cmd->add_option("--allowed-hosts", o->so.allowed_hosts,
+                  "Host names served beside loopback ones (comma-separated; *: any): requests "
+                  "naming another Host get 403, against DNS rebinding")
+      ->delimiter(',');
+  cmd->add_option("--cors", o->so.cors,
+                  "The origin whose web pages may call the API (like https://app.example, or "
+                  "*); default: none but the server's own page");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
   add_chat_template_flags(cmd, o->so.chat_template, o->reasoning);
   cmd->add_option("-n,--n-predict", o->so.n_predict,
@@ -63,6 +71,11 @@ Action add_serve(CLI::App& app) {
       o->so.api_key = k;
     }
     if (!o->reasoning.empty()) o->so.enable_thinking = o->reasoning == "on";
+    if (!server::is_loopback_host(o->so.host) && o->so.api_key.empty())
+      fmt::print(stderr,
+                 "polystack: warning: listening on {} without --api-key: anyone who can reach "
+                 "this machine can use the model\n",
+                 o->so.host);
     const ModelChoice choice = resolve_chat_model_path(o->mf);
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);

@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "server/browser_policy.h"
 #include "server/request.h"
 #include "server/ui_files.h"
 #include "template/chat_template.h"
@@ -387,7 +388,29 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   Server s;
   s.opts = opts;
 
+  const BrowserPolicy browser{opts.host, opts.allowed_hosts, opts.cors};
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    // Browsers first (server/browser_policy.h): a page of another site reaching this server
+    // through the user's browser, by DNS rebinding or a cross-origin request.
+    const std::string host = req.get_header_value("Host");
+    const std::string origin = req.get_header_value("Origin");
+    std::string refused = check_host(browser, host);
+    if (refused.empty()) refused = check_origin(browser, origin, host);
+    if (!refused.empty()) {
+      send_error(res, 403, "permission_error", refused);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (const std::string allow = allow_origin_header(browser, origin, host); !allow.empty()) {
+      res.set_header("Access-Control-Allow-Origin", allow);
+      res.set_header("Vary", "Origin");
+      if (req.method == "OPTIONS") {  // a preflight: what the page may send
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     // The page itself asks for the key; /health is for load balancers.
     if (opts.api_key.empty() || req.path == "/health" ||
         (opts.ui && req.method == "GET" && (req.path == "/" || req.path.starts_with("/ui/"))))
@@ -418,7 +441,9 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
         }
       });
   http.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
-    s.count(res.status);
+    // Counted from the moment the model is ready: the 503s of health checks during the load
+    // say nothing of how the model is served.
+    if (s.ready) s.count(res.status);
     if (req.path.find("completions") == std::string::npos || res.status != 200)
       fmt::print(stderr, "polystack: {} {} {}\n", req.method, req.path, res.status);
   });

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model_context.h"
 
@@ -17,9 +18,13 @@ namespace ps::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
-  int n_slots = 4;       // -np
-  int max_queue = 64;    // requests waiting for a slot beyond the free ones (--queue)
-  std::string api_key;   // empty: none asked for
+  int n_slots = 4;      // -np
+  int max_queue = 64;   // requests waiting for a slot beyond the free ones (--queue)
+  std::string api_key;  // empty: none asked for
+  // Browsers (server/browser_policy.h): Host names served beside loopback ones, and the origin
+  // whose pages may call the API ("*": any; empty: none but the server's own).
+  std::vector<std::string> allowed_hosts;
+  std::string cors;
   std::string alias;     // the model id; empty: the file name
   bool metrics = false;  // GET /metrics served (else 501)
   bool verbose = false;  // log prompt text

@@ -132,7 +132,19 @@ void check_fits(const CompletionRequest& r, int n_ctx) {
         {{"n_prompt_tokens", r.prompt.size()}, {"n_ctx", n_ctx}});
 }
 
-std::vector<int32_t> tokenize_prompt(const json& b, const Tokenizer& tok) {
+// A prompt's tokens, refused before it is tokenized when its length alone says it cannot fit:
+// work in proportion to what a slot can hold, not to what a client sends.
+std::vector<int32_t> encode_bounded(const std::string& text, const Tokenizer& tok, int n_ctx) {
+  if (const size_t least = tok.min_tokens(text.size()); least >= size_t(n_ctx))
+    throw ApiError(400, "exceed_context_size_error",
+                   fmt::format("the prompt has at least {} tokens ({} bytes) but a slot holds {} "
+                               "(-c)",
+                               least, text.size(), n_ctx),
+                   {{"n_prompt_tokens", least}, {"n_ctx", n_ctx}});
+  return tok.encode(text, true, true);
+}
+
+std::vector<int32_t> tokenize_prompt(const json& b, const Tokenizer& tok, int n_ctx) {
   if (!b.contains("prompt")) throw invalid("'prompt' is required");
   const json& p = b["prompt"];
   std::string text;
@@ -153,7 +165,7 @@ std::vector<int32_t> tokenize_prompt(const json& b, const Tokenizer& tok) {
   } else {
     throw invalid("'prompt' must be a string, an array of one string or an array of token ids");
   }
-  return tok.encode(text, true, true);
+  return encode_bounded(text, tok, n_ctx);
 }
 
 }  // namespace
@@ -224,7 +236,7 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
   out.request = read_common(b, tok.n_vocab());
   // The rendered text holds the template's control tokens as text: parsed as special tokens.
   out.request.prompt =
-      chat ? tok.encode(render_chat(body, setup), true, true) : tokenize_prompt(b, tok);
+      chat ? encode_bounded(render_chat(body, setup), tok, n_ctx) : tokenize_prompt(b, tok, n_ctx);
   check_fits(out.request, n_ctx);
   out.stream = boolean(b, "stream", false);
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
@@ -238,6 +250,12 @@ std::vector<int32_t> parse_tokenize(std::string_view body, const Tokenizer& tok)
   const json b = parse_body(body);
   if (!b.contains("content") || !b["content"].is_string())
     throw invalid("'content' must be a string");
+  // Its own bound, as it has no context to measure against: a few seconds of tokenizing.
+  constexpr size_t kMaxTokenizeBytes = size_t(4) << 20;
+  if (b["content"].get_ref<const std::string&>().size() > kMaxTokenizeBytes)
+    throw invalid(fmt::format("'content' has {} bytes; /tokenize takes at most {} (4 MiB)",
+                              b["content"].get_ref<const std::string&>().size(),
+                              kMaxTokenizeBytes));
   const bool special = boolean(b, "add_special", false);
   return tok.encode(b["content"].get<std::string>(), special, true);
 }

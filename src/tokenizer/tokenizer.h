@@ -68,6 +68,14 @@ class Tokenizer {
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   std::string_view model_name() const { return model_; }  // "llama", "gpt2", ...
   std::string_view pre_name() const { return pre_; }
+  // The fewest tokens a text of `bytes` bytes can become, where that is known without
+  // tokenizing it: byte-level BPE and SentencePiece cover every byte of the text with tokens
+  // whose own text is at least as long as what they cover, so no token covers more than the
+  // longest token's text. 0 for the others (WordPiece and Unigram drop and fold characters).
+  size_t min_tokens(size_t bytes) const {
+    const bool covering = model_ == "gpt2" || model_ == "llama";
+    return covering && max_token_len_ > 0 ? bytes / max_token_len_ : 0;
+  }
 
  protected:
   // Per-token attribute bits, as llama.cpp keeps them (a token may gain CONTROL on top of its

@@ -217,7 +217,7 @@ def check_faults(srv, prompts):
     # A client that goes away mid-stream: its slot is freed, the next request is served.
     s = socket.create_connection(("127.0.0.1", srv.port))
     body = json.dumps({"prompt": prompts[0], "max_tokens": 200, "stream": True})
-    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     first = s.recv(200)
     s.close()
@@ -346,7 +346,7 @@ def main():
         s = socket.create_connection(("127.0.0.1", srv.port))
         body = json.dumps({"prompt": prompts[0], "max_tokens": 400, "stream": True,
                            "temperature": 1.0, "seed": 1})
-        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                    f"application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
         s.recv(100)
         expect_error(srv, "a full queue", "POST", "/v1/completions", {"prompt": "a"}, 503,
@@ -382,7 +382,7 @@ def main():
             s = socket.create_connection(("127.0.0.1", srv.port))
             body = json.dumps({"prompt": prompts[0], "max_tokens": 400, "stream": stream,
                                "temperature": 1.0, "seed": 1})
-            s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                        f"application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
             time.sleep(0.5)
             expect_error(srv, f"{what} request still generating", "POST", "/v1/completions",
@@ -423,6 +423,63 @@ def main():
             fail("the openai client with the API key got no choice")
     finally:
         srv.stop()
+
+    # Browsers: a Host that is not this server's (DNS rebinding) and a page of another origin
+    # get 403 before anything else; --cors allows one origin, preflight included; a prompt whose
+    # length rules it out is refused untokenized; /tokenize has its own bound.
+    srv = Server(b, model, ["-np", "1", "-c", "128"])
+    try:
+        expect_error(srv, "a foreign Host", "GET", "/v1/models", None, 403, "permission_error",
+                     {"Host": f"attacker.example:{srv.port}"})
+        expect_error(srv, "a foreign Origin", "POST", "/v1/completions", {"prompt": "a"}, 403,
+                     "permission_error", {"Origin": "https://attacker.example",
+                                          "Content-Type": "text/plain"})
+        status, _ = srv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2},
+                                headers={"Origin": f"http://127.0.0.1:{srv.port}"})
+        status_l, _ = srv.request("GET", "/health", headers={"Host": f"localhost:{srv.port}"})
+        if status != 200 or status_l != 200:
+            fail(f"the server's own page's Origin: {status}; Host localhost: {status_l}")
+        expect_error(srv, "a prompt of 8 MB", "POST", "/v1/completions",
+                     {"prompt": "a" * (8 << 20)}, 400, "exceed_context_size_error")
+        expect_error(srv, "/tokenize of 5 MB", "POST", "/tokenize", {"content": "a" * (5 << 20)},
+                     400, "invalid_request_error")
+    finally:
+        srv.stop()
+    srv = Server(b, model, ["-np", "1", "-c", "128", "--cors", "https://app.example",
+                            "--allowed-hosts", "gpu-box.lan"])
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        c.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        r = c.getresponse()
+        r.read()
+        allow = r.getheader("Access-Control-Allow-Origin")
+        headers = (r.getheader("Access-Control-Allow-Headers") or "").lower()
+        c.close()
+        if r.status != 204 or allow != "https://app.example" or "authorization" not in headers:
+            fail(f"--cors preflight: {r.status} {allow!r} {headers!r}")
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Once", "max_tokens": 2}),
+                  headers={"Origin": "https://app.example", "Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        if r.status != 200 or r.getheader("Access-Control-Allow-Origin") != "https://app.example":
+            fail(f"--cors request: {r.status} {r.getheader('Access-Control-Allow-Origin')!r}")
+        c.close()
+        expect_error(srv, "--cors: another origin", "POST", "/v1/completions", {"prompt": "a"},
+                     403, "permission_error", {"Origin": "https://other.example"})
+        status, _ = srv.request("GET", "/health", headers={"Host": "gpu-box.lan"})
+        if status != 200:
+            fail(f"--allowed-hosts gpu-box.lan: {status}")
+    finally:
+        srv.stop()
+    # Bound to an address that is not loopback without a key: a warning (the address here is
+    # TEST-NET-1, on no machine, so nothing listens).
+    r = subprocess.run([b, "serve", "-m", model, "--host", "192.0.2.1", "--port", "8080"],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 2 or "without --api-key: anyone who can reach this machine" not in r.stderr:
+        fail(f"--host 192.0.2.1 without a key: {r.returncode} {r.stderr[-300:]}")
 
     # The default model: its gemma chat format and completions, streamed and not.
     if default_model and os.path.exists(default_model):

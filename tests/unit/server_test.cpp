@@ -139,6 +139,19 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
     EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
   const std::string long_prompt = fmt::format(R"({{"prompt": "{}"}})", std::string(200, 'a'));
   EXPECT_EQ(error_of(tok, long_prompt).substr(0, 30), "400 exceed_context_size_error:");
+  // A prompt whose length alone rules it out is refused before it is tokenized.
+  ASSERT_GT(tok.min_tokens(1 << 20), 64u);
+  const std::string huge = fmt::format(R"({{"prompt": "{}"}})", std::string(1 << 20, 'a'));
+  EXPECT_EQ(error_of(tok, huge).rfind("400 exceed_context_size_error: the prompt has at least ", 0),
+            0u)
+      << error_of(tok, huge).substr(0, 200);
+  // /tokenize has its own bound.
+  try {
+    parse_tokenize(fmt::format(R"({{"content": "{}"}})", std::string((4 << 20) + 1, 'a')), tok);
+    ADD_FAILURE() << "a 4 MiB + 1 byte /tokenize was taken";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ServerRequest, ValidBodiesGiveTheEngineRequest) {
