@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "server/browser_policy.h"
 #include "server/request.h"
+#include "server/request_limits.h"
 #include "server/ui_files.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -402,6 +403,12 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     if (refused.empty()) refused = check_origin(browser, origin, host);
     if (!refused.empty()) {
       send_error(res, 403, "permission_error", refused);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // The headers before the body is read (server/request_limits.h).
+    const HeaderVerdict v = check_request_headers({req.headers.begin(), req.headers.end()});
+    if (v.status != 0) {
+      send_error(res, v.status, v.type, v.message);
       return httplib::Server::HandlerResponse::Handled;
     }
     if (const std::string allow = allow_origin_header(browser, origin, host); !allow.empty()) {

@@ -19,6 +19,7 @@ Exits 77 (skipped) when stories260K or the openai package is absent.
 """
 import argparse
 import concurrent.futures as cf
+import zlib
 import http.client
 import json
 import os
@@ -443,6 +444,38 @@ def main():
                      {"prompt": "a" * (8 << 20)}, 400, "exceed_context_size_error")
         expect_error(srv, "/tokenize of 5 MB", "POST", "/tokenize", {"content": "a" * (5 << 20)},
                      400, "invalid_request_error")
+        # Headers judged before the body is read: a compressed body (a gzip bomb inflates past
+        # any body limit), too many header fields, a length that is ambiguous.
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
+        chunk = b"a" * (1 << 20)
+        bomb = packer.compress(b'{"prompt": "') + b"".join(
+            packer.compress(chunk) for _ in range(256)) + packer.compress(b'"}') + packer.flush()
+        for what, head, body, status in (
+                ("a gzip body", "Content-Encoding: gzip\r\nContent-Type: application/json\r\n",
+                 bomb, 415),
+                ("101 header fields", "".join(f"X-F{i}: {i}\r\n" for i in range(101)), b"{}",
+                 431),
+                ("Content-Length and Transfer-Encoding", "Transfer-Encoding: chunked\r\n",
+                 b"{}", 400)):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
+                       f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+            s.close()
+            got = reply.split(b" ", 2)[1:2]
+            if got != [str(status).encode()]:
+                fail(f"{what}: expected {status}, got {reply[:200]!r}")
+            else:
+                print(f"{what}: {status}")
+        rss = int([l for l in open(f"/proc/{srv.proc.pid}/status")
+                   if l.startswith("VmHWM:")][0].split()[1])
+        if rss > 200 << 10:  # KiB: inflated, the bomb alone would take 256 MiB
+            fail(f"the server's peak memory after the compressed body: {rss} KiB")
     finally:
         srv.stop()
     srv = Server(b, model, ["-np", "1", "-c", "128", "--cors", "https://app.example",
