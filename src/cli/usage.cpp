@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
 
 #include "core/error.h"
 
@@ -177,7 +176,6 @@ CheckedArguments check_arguments(const CLI::App& cmd, const std::vector<std::str
 std::string restate_parse_error(const CLI::ParseError& e, const CLI::App& cmd,
                                 const CheckedArguments& checked) {
   std::string msg = e.what();
-  std::smatch m;
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     // CLI11 lists them last first ("not expected: c b a"): in the order written here.
     std::vector<std::string> words;
@@ -192,23 +190,45 @@ std::string restate_parse_error(const CLI::ParseError& e, const CLI::App& cmd,
     return fmt::format("unexpected argument{} for {}: {}", words.size() == 1 ? "" : "s",
                        cmd.get_name(), fmt::join(words, " "));
   }
-  // CLI11: "--ctx-size: Value -5 not in range 0 to 16777216".
-  static const std::regex range(R"(Value (\S+) not in range (\S+) to (\S+))");
-  if (std::regex_search(msg, m, range))
-    msg = std::regex_replace(msg, range,
-                             is_number(m[1].str()) ? "$1 is out of range ($2 to $3)"
-                                                   : "'$1' is not a number ($2 to $3)");
-  static const std::regex conversion(R"(Could not convert: (\S+) = (.*))");
-  if (std::regex_search(msg, m, conversion))
-    msg = fmt::format("{}: '{}' is not a valid value", m[1].str(), m[2].str());
-  static const std::regex missing(R"((\S+): 1 required .* missing)");
-  if (std::regex_search(msg, m, missing)) msg = fmt::format("{} needs a value", m[1].str());
-  static const std::regex repeated(R"((\S+): At Most 1 required but received \d+)");
-  if (std::regex_search(msg, m, repeated))
-    msg = fmt::format("{} is given more than once (it takes one value)", m[1].str());
-  // A check that names its option inside CLI11's "--opt: " prefix.
-  static const std::regex twice(R"(^(\S+): \1: )");
-  msg = std::regex_replace(msg, twice, "$1: ");
+  // CLI11's phrases, found by hand: std::regex trips GCC 12's -Wmaybe-uninitialized under the
+  // sanitizers.
+  const auto word_before = [&](size_t at) {  // the word that ends at `at` ("--ctx-size")
+    size_t b = at;
+    while (b > 0 && msg[b - 1] != ' ') --b;
+    return msg.substr(b, at - b);
+  };
+  const auto word_at = [&](size_t at) { return msg.substr(at, msg.find(' ', at) - at); };
+  // "--ctx-size: Value -5 not in range 0 to 16777216"
+  if (const size_t v = msg.find("Value "); v != std::string::npos) {
+    const size_t nr = msg.find(" not in range ", v);
+    const size_t to = nr == std::string::npos ? nr : msg.find(" to ", nr + 14);
+    if (nr != std::string::npos && to != std::string::npos) {
+      const std::string value = msg.substr(v + 6, nr - v - 6);
+      const std::string lo = msg.substr(nr + 14, to - nr - 14), hi = word_at(to + 4);
+      msg = msg.substr(0, v) +
+            (is_number(value) ? value + " is out of range" : "'" + value + "' is not a number") +
+            " (" + lo + " to " + hi + ")";
+    }
+  }
+  // "Could not convert: --temp = abc"
+  if (const size_t c = msg.find("Could not convert: "); c != std::string::npos) {
+    const size_t eq = msg.find(" = ", c);
+    if (eq != std::string::npos)
+      msg = fmt::format("{}: '{}' is not a valid value", msg.substr(c + 19, eq - c - 19),
+                        msg.substr(eq + 3));
+  }
+  // "--prompt: 1 required TEXT missing"
+  if (const size_t r = msg.find(": 1 required ");
+      r != std::string::npos && msg.find(" missing", r) != std::string::npos)
+    msg = word_before(r) + " needs a value";
+  // "--prompt: At Most 1 required but received 2"
+  if (const size_t r = msg.find(": At Most 1 required but received "); r != std::string::npos)
+    msg = word_before(r) + " is given more than once (it takes one value)";
+  // A check that names its option inside CLI11's "--opt: " prefix: "--opt: --opt: ...".
+  if (const size_t colon = msg.find(": "); colon != std::string::npos && colon > 0) {
+    const std::string prefix = msg.substr(0, colon + 2);
+    if (msg.compare(colon + 2, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+  }
   // Option names as the user wrote them (-c, not --ctx-size).
   for (const CLI::Option* o : cmd.get_options()) {
     auto it = checked.spelled.find(o);
