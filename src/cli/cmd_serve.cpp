@@ -80,7 +80,9 @@ Action add_serve(CLI::App& app) {
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);
     check_device_flag(o->mf);
     o->so.context = o->mf.context;
-    o->so.on_loaded = [o](const ModelContext& s) { print_device_choice(s, o->so.verbose); };
+    // A copy of the flag, not of `o`: o->so holding a lambda that holds o would never be freed.
+    const bool verbose = o->so.verbose;
+    o->so.on_loaded = [verbose](const ModelContext& s) { print_device_choice(s, verbose); };
     return server::serve(choice.path, o->so);
   };
 }
