@@ -46,6 +46,26 @@ Action add_serve(CLI::App& app) {
                   "The origin whose web pages may call the API (like https://app.example, or "
                   "*); default: none but the server's own page");
   cmd->add_flag("--metrics", o->so.metrics, "Serve Prometheus metrics at /metrics");
+  cmd->add_option("--max-connections", o->so.max_connections,
+                  "Connections open at once; past it a new one gets 503")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-connections-per-client", o->so.max_connections_per_client,
+                  "Connections open at once from one client address; past it 503")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--header-timeout", o->so.header_timeout,
+                  "Seconds a request's line and headers may take from its first byte (then "
+                  "408); also the longest pause within a body")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", o->so.body_timeout,
+                  "Seconds a request's body may take (then 408)")
+      ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--keep-alive", o->so.keep_alive,
+                  "Seconds an idle connection stays open for its next request")
+      ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--write-timeout", o->so.write_timeout,
+                  "Seconds a reply may wait for the client to read it; then the request is "
+                  "stopped")
+      ->check(CLI::Range(0.1, 86400.0));
   add_chat_template_flags(cmd, o->so.chat_template, o->reasoning);
   cmd->add_option("-n,--n-predict", o->so.n_predict,
                   "Most tokens of a reply when the request names no max_tokens (-1: until the "

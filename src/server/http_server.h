@@ -1,10 +1,10 @@
 #pragma once
 // `polystack serve`: the OpenAI-compatible HTTP API over the engine (engine/engine.h), with
-// cpp-httplib for HTTP and nlohmann-json for JSON. Routes: GET /health, GET /v1/models,
-// POST /v1/completions, POST /v1/chat/completions (both streaming as server-sent events),
-// POST /tokenize, POST /detokenize, POST /apply-template, GET /props, GET /metrics, and the web
-// chat page at GET / (its files under /ui/). Client errors are 4xx with an OpenAI error
-// object, never a 500, and never stop the server.
+// server/transport.h (Boost.Beast and Asio) for HTTP and nlohmann-json for JSON. Routes: GET
+// /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions (both streaming as
+// server-sent events), POST /tokenize, POST /detokenize, POST /apply-template, GET /props, GET
+// /metrics, and the web chat page at GET / (its files under /ui/). Client errors are 4xx with an
+// OpenAI error object, never a 500, and never stop the server.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -25,6 +25,12 @@ struct ServerOptions {
   // whose pages may call the API ("*": any; empty: none but the server's own).
   std::vector<std::string> allowed_hosts;
   std::string cors;
+  // The transport's bounds (server/transport.h): connections at once, in all and per client
+  // address (then 503); seconds for a request's head from its first byte, for its body, for an
+  // idle connection between requests, for a reply the client does not read.
+  int max_connections = 256;
+  int max_connections_per_client = 64;
+  double header_timeout = 10, body_timeout = 60, keep_alive = 30, write_timeout = 30;
   std::string alias;     // the model id; empty: the file name
   bool metrics = false;  // GET /metrics served (else 501)
   bool verbose = false;  // log prompt text

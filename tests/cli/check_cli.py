@@ -537,8 +537,8 @@ def check_serve(b, model):
                 proc.kill()
         log.seek(0)
         text = log.read()
-    check(re.search(r"request \d+ /v1/completions stream cut short \(the server is stopping\)",
-                    text) is not None,
+    check(re.search(r"request \d+ POST /v1/completions 200 shutdown: stream cut short \(the "
+                    r"server is stopping\)", text) is not None,
           "a stream cut short by shutdown is logged as such", text[-1500:])
 
 

@@ -22,6 +22,7 @@ import concurrent.futures as cf
 import zlib
 import http.client
 import json
+import re
 import os
 import signal
 import socket
@@ -359,7 +360,7 @@ def main():
         for line in str(text).splitlines():
             if line.startswith("polystack_kv_cells{state="):
                 cells[line.split('"')[1]] = int(line.split()[-1])
-        if status != 200 or "polystack_requests_total{status=\"503\"} 1" not in text or \
+        if status != 200 or "polystack_requests_total{status=\"503\",outcome=\"refused\"} 1" not in text or \
                 "polystack_busy_slots" not in text or "polystack_device_memory_bytes" not in text \
                 or "polystack_prompt_tokens_cached_total" not in text or \
                 set(cells) != {"running", "cached", "free"} or sum(cells.values()) != 512:
@@ -402,11 +403,14 @@ def main():
                       f"{time.monotonic() - t0:.2f} s later")
     finally:
         rc, log = srv.stop()
-    lines = [l for l in log.splitlines() if l.startswith("polystack: request ")]
-    # Requests 1 and 4 are the ones left: 499 without a stream; a stream stopped early has no
-    # token counts in its line (they come with the final event).
-    if len(lines) < 4 or " 499" not in lines[0] or "generated" in lines[2]:
-        fail(f"the log of the requests whose clients left: {lines}")
+    # The two requests left: 499 without a stream; a stream stopped early, whose line has no
+    # token counts (they come with the final event).
+    left = [l for l in log.splitlines() if re.match(r"polystack: request \d+ POST "
+                                                    r"/v1/completions \d+ client left", l)]
+    if len(left) != 2 or " 499 client left" not in left[0] or \
+            " 200 client left: stream cut short (the client closed the connection)" not in left[1] \
+            or "generated" in left[1]:
+        fail(f"the log of the requests whose clients left: {left}")
 
     # API keys: a wrong or missing key is a 401; /health stays open.
     srv = Server(b, model, ["-np", "1", "-c", "128", "--api-key", "sekrit"])
