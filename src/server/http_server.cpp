@@ -121,7 +121,7 @@ struct Server {
           // Nobody is left to answer, or the server stops: the engine frees the slot at its
           // next step.
           engine->cancel(events);
-          if (client.stopping())
+          if (stopping || client.stopping())
             send_error(res, 503, "unavailable_error", "the server is stopping");
           else
             send_error(res, 499, "client_closed_request", "the client closed the connection");
@@ -132,7 +132,8 @@ struct Server {
           text += e->text;
           continue;
         }
-        if (e->finish_reason == "cancelled" || (e->finish_reason == "error" && client.stopping())) {
+        if (e->finish_reason == "cancelled" ||
+            (e->finish_reason == "error" && (stopping || client.stopping()))) {
           send_error(res, 503, "unavailable_error", "the server is stopping");
           return;
         }
@@ -180,7 +181,7 @@ struct Server {
       for (;;) {
         std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(200));
         if (!e) {
-          if (sink.stopping()) return cut("the server is stopping");
+          if (stopping || sink.stopping()) return cut("the server is stopping");
           if (!sink.alive()) return cut("the client closed the connection");
           continue;
         }
@@ -192,12 +193,13 @@ struct Server {
           else
             choice["text"] = e->text;
           if (!write(chunk(choice)))
-            return cut(sink.stopping() ? "the server is stopping"
-                                       : "the client closed the connection");
+            return cut((stopping || sink.stopping()) ? "the server is stopping"
+                                                     : "the client closed the connection");
           continue;
         }
         // The engine ends what it runs when the server stops: an "error" event then.
-        if (e->finish_reason == "cancelled" || (e->finish_reason == "error" && sink.stopping()))
+        if (e->finish_reason == "cancelled" ||
+            (e->finish_reason == "error" && (stopping || sink.stopping())))
           return cut("the server is stopping");
         if (e->finish_reason == "error") {
           detail = "the stream ended with an error: " + e->error;
@@ -532,6 +534,7 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
   const auto t0 = Clock::now();
   fmt::print(stderr, "polystack: {}: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   s.stopping = true;
+  http.announce_stop();  // streams the engine now ends count as shut down, not as left
   s.engine->stop();
   http.stop();
   fmt::print(stderr, "polystack: stopped in {:.2f} s\n",

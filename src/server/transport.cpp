@@ -269,7 +269,7 @@ struct HttpTransport::Impl {
   tcp::acceptor acceptor{io};
   std::optional<WorkerPool> workers;
   std::thread io_thread;
-  std::atomic<bool> stopping{false}, hard_stop{false}, started{false};
+  std::atomic<bool> stopping{false}, stop_called{false}, hard_stop{false}, started{false};
   std::atomic<uint64_t> next_id{1};
   std::atomic<int> handling{0};  // replies being written by workers
   // The connections, on the I/O thread only.
@@ -744,9 +744,12 @@ void HttpTransport::start() {
 
 bool HttpTransport::stopping() const { return impl_->stopping; }
 
+void HttpTransport::announce_stop() { impl_->stopping = true; }
+
 void HttpTransport::stop() {
   Impl& m = *impl_;
-  if (m.stopping.exchange(true)) return;
+  m.stopping = true;
+  if (m.stop_called.exchange(true)) return;
   if (!m.started) return;
   // Stop accepting; close what waits or reads (a trickling client gets nothing more).
   asio::post(m.io, [&m] {

@@ -157,6 +157,9 @@ class HttpTransport {
   int port() const;  // the port bound (listen's port, or the one chosen for 0)
   // Serves on threads of its own until stop().
   void start();
+  // Marks the transport stopping without waiting: writers report stopping() from now on and
+  // replies cut short count as shut down (call it before ending what handlers wait for).
+  void announce_stop();
   // Stops accepting, closes connections that wait or read, lets running replies end (their
   // writers report stopping) and returns within the shutdown grace. Idempotent; any thread.
   void stop();

@@ -1,8 +1,12 @@
-// libFuzzer target for the server's request bodies (server/request.h): the input is the body
-// of a request to /v1/completions, /v1/chat/completions (each built-in chat template), /tokenize or
-// /detokenize, chosen by its first byte, read with a real tokenizer (stories260K's from
-// ../shared when present, else a small one built here). An ApiError is the normal outcome of a
-// bad body; any other exception, a crash, a sanitizer report or a hang is a finding.
+// libFuzzer target for the server's requests. A first byte below 0xF0 picks a body route
+// (server/request.h): the input is the body of a request to /v1/completions,
+// /v1/chat/completions (each built-in chat template), /tokenize or /detokenize, read with a real
+// tokenizer (stories260K's from ../shared when present, else a small one built here); an
+// ApiError is the normal outcome of a bad body. From 0xF0 up the input is raw bytes off a
+// connection for the transport's request parser (server/transport.h), fed in pieces whose size
+// the second byte sets, request after request as pipelining gives them; a status is the normal
+// outcome of a bad request. Any other exception, a crash, a sanitizer report, a hang or a
+// broken invariant (bytes used beyond those given, a body over the limit) is a finding.
 #include <fmt/format.h>
 
 #include <cstddef>
@@ -18,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "gguf_builder.h"
 #include "server/request.h"
+#include "server/transport.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -72,10 +77,54 @@ const ps::server::ChatSetup* chat_setups() {
   return setups;
 }
 
+// Raw bytes into the transport's parser, `step` bytes at a time.
+void parse_connection(std::string_view bytes, size_t step) {
+  ps::server::TransportLimits limits;
+  limits.max_body_bytes = 1024;  // small enough for inputs to cross it
+  auto parser = std::make_unique<ps::server::RequestParser>(limits);
+  std::string pending;
+  size_t at = 0;
+  for (int rounds = 0; rounds < 100000; ++rounds) {
+    ps::server::RequestParser::State st;
+    const size_t used = parser->feed(pending, st);
+    if (used > pending.size()) std::abort();
+    pending.erase(0, used);
+    using State = ps::server::RequestParser::State;
+    if (st == State::error) {
+      const ps::server::HeaderVerdict& e = parser->error();
+      if (e.status < 400 || e.status > 599 || e.message.empty()) std::abort();
+      (void)ps::server::error_json(e.status, e.type, e.message);
+      return;
+    }
+    if (st == State::head) {
+      const ps::server::HttpRequest& r = parser->request();
+      if (r.path.empty() || (r.path[0] != '/' && r.path != "*")) std::abort();
+      (void)r.header("Host");
+      (void)parser->expects_continue();
+      continue;
+    }
+    if (st == State::complete) {
+      if (parser->request().body.size() > limits.max_body_bytes) std::abort();
+      parser = std::make_unique<ps::server::RequestParser>(limits);
+      continue;
+    }
+    if (at >= bytes.size()) return;
+    pending.append(bytes.substr(at, step));
+    at += step;
+  }
+  std::abort();  // the parser neither used bytes nor asked for more
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  if (data[0] >= 0xF0) {
+    if (size < 2) return 0;
+    parse_connection(std::string_view(reinterpret_cast<const char*>(data) + 2, size - 2),
+                     1 + data[1] % 64);
+    return 0;
+  }
   const ps::Tokenizer& tok = *vocab().tok;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   const uint8_t route = data[0] % 8;

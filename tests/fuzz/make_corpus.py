@@ -145,7 +145,8 @@ def doctor_seeds() -> list:
 
 def server_request_seeds() -> list:
     """Request bodies as the server's tests send them; the first byte picks the route
-    (0-1 completions, 2-4 chat in each format, 5-6 tokenize, 7 detokenize)."""
+    (0-1 completions, 2-4 chat in each format, 5-6 tokenize, 7 detokenize; 0xF0 and up: raw
+    connection bytes for the transport's parser)."""
     completion = [
         b'{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}',
         b'{"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}}',
@@ -163,6 +164,18 @@ def server_request_seeds() -> list:
     out += [bytes([r]) + b for r in (2, 3, 4) for b in chat]
     out += [b"\x05" + b'{"content": "Once upon a time", "add_special": true}',
             b"\x07" + b'{"tokens": [1, 2, 3, 100]}']
+    # Raw connection bytes for the transport's parser (0xF0, then the piece size).
+    body = completion[0]
+    connections = [
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
+        b"POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+        b"5\r\n{\"con\r\n10;x=y\r\ntent\": \"Once up\"}\r\n0\r\nTrailer: 1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"OPTIONS * HTTP/1.0\r\nConnection: keep-alive\r\nOrigin: https://a.example\r\n\r\n",
+    ]
+    out += [b"\xf0" + bytes([step]) + c for c in connections for step in (0, 6)]
     return out
 
 

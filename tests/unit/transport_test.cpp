@@ -81,6 +81,19 @@ TEST(RequestParser, PipelinedRequestsInAnySplitsReadTheSame) {
   }
 }
 
+TEST(RequestParser, AChunkedBodyOfOnlyItsLastChunkInPieces) {
+  const std::string r =
+      "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Trailer: 1\r\n\r\n"
+      "POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+  for (size_t step : {size_t(1), size_t(2), size_t(3), r.size()}) {
+    const Parsed p = parse_all(r, step);
+    ASSERT_EQ(p.error, 0) << p.message << " (pieces of " << step << ")";
+    ASSERT_EQ(p.requests.size(), 2u);
+    EXPECT_EQ(p.requests[1].path, "/b");
+    EXPECT_EQ(p.requests[1].body, "");
+  }
+}
+
 TEST(RequestParser, AmbiguousOrBrokenFramingIs400) {
   const std::vector<std::string> bad = {
       "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
