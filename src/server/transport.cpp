@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -11,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -53,12 +55,15 @@ class WorkerPool {
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
-  void submit(std::function<void()> task) {
+  // False once the pool is shutting down (the task is dropped).
+  bool submit(std::function<void()> task) {
     {
       std::lock_guard<std::mutex> lock(m_);
+      if (done_) return false;
       tasks_.push_back(std::move(task));
     }
     cv_.notify_one();
+    return true;
   }
 
  private:
@@ -72,7 +77,10 @@ class WorkerPool {
         task = std::move(tasks_.front());
         tasks_.pop_front();
       }
-      task();
+      try {
+        task();
+      } catch (...) {  // a task reports its own failures; none may end the thread
+      }
     }
   }
   std::mutex m_;
@@ -197,8 +205,6 @@ size_t RequestParser::feed(std::string_view bytes, State& state) {
             400, "invalid_request_error",
             fmt::format("the request target must be a path (got {:?})", r.target.substr(0, 80)));
       r.path = std::string(t.substr(0, t.find('?')));
-      if (r.version != 10 && r.version != 11)
-        return fail(505, "invalid_request_error", "only HTTP/1.0 and HTTP/1.1 are spoken");
       if (HeaderVerdict v = check_request_headers(r.headers); v.status != 0) {
         m.err = std::move(v);
         state = State::error;
@@ -208,7 +214,7 @@ size_t RequestParser::feed(std::string_view bytes, State& state) {
       return used;
     }
     if (p.is_done()) {
-      m.req.body = p.get().body();
+      m.req.body = std::move(p.get().body());
       state = State::complete;
       return used;
     }
@@ -249,7 +255,7 @@ std::string head_text(const HttpResponse& res, int version, bool chunked, bool c
                               res.status, status_reason(res.status), res.content_type);
   if (chunked)
     h += "Transfer-Encoding: chunked\r\n";
-  else if (length != size_t(-1))
+  else if (length != size_t(-1) && res.status != 204 && res.status != 304)
     h += fmt::format("Content-Length: {}\r\n", length);
   if (close)
     h += "Connection: close\r\n";
@@ -299,6 +305,7 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
   Clock::time_point head_start, body_start, request_start;
   uint64_t timer_gen = 0;
   bool timed_out = false, is_closed = false;
+  bool short_linger = false;  // a refusal at the connection caps: let go quickly
   // Worker side (while Phase::handling).
   Clock::time_point last_progress;
   bool write_failed = false;
@@ -318,6 +325,23 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
   bool first_request = true;
   Clock::time_point accepted_at = Clock::now();
 
+  // A deadline for an operation whose end only closes the connection (a reply the I/O thread
+  // writes, the 100 Continue, the drain before closing): on expiry the connection is closed,
+  // whatever completions are already queued.
+  void arm_close(Clock::time_point deadline) {
+    const uint64_t gen = ++timer_gen;
+    timer.expires_at(deadline);
+    timer.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+      if (ec || gen != self->timer_gen || self->is_closed) return;
+      self->close();
+    });
+  }
+  void disarm() {
+    ++timer_gen;
+    timer.cancel();
+  }
+
+  // A deadline for a read: on expiry the read ends and on_read says why (timed_out).
   void arm(Clock::time_point deadline) {
     const uint64_t gen = ++timer_gen;
     timer.expires_at(deadline);
@@ -383,6 +407,12 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
       switch (st) {
         case RequestParser::State::need_more:
           if (t.stopping) return close();
+          // A head is bounded by the parser; a chunk's size line and the trailers are not, and
+          // would otherwise be buffered for as long as they grow.
+          if (buf.size() > kMaxHeaderBytes)
+            return refuse(
+                400, "invalid_request_error",
+                fmt::format("a chunk header or the trailers are over {} bytes", kMaxHeaderBytes));
           return read_more();
         case RequestParser::State::error: {
           const HeaderVerdict& e = parser->error();
@@ -395,13 +425,29 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
           phase = Phase::body;
           body_start = Clock::now();
           HttpResponse res;
-          if (t.handlers.check_head && t.handlers.check_head(r, res)) return answer_now(res);
-          if (parser->expects_continue() && parser->body_pending()) {
+          bool answered = false;
+          try {
+            answered = t.handlers.check_head && t.handlers.check_head(r, res);
+          } catch (const std::exception& e) {
+            res = HttpResponse{};
+            res.status = 500;
+            res.body = error_json(500, "server_error", e.what());
+            res.close = answered = true;
+          }
+          if (answered) return answer_now(res);
+          // An HTTP/1.0 client's expectation is ignored (RFC 9110 10.1.1).
+          if (parser->expects_continue() && parser->body_pending() && r.version == 11) {
             auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+            arm_close(body_start + t.limits.body_timeout);
             asio::async_write(
                 sock, asio::buffer(*msg),
                 [self = shared_from_this(), msg](const boost::system::error_code& ec, size_t) {
-                  if (ec) return self->close();
+                  if (ec || self->is_closed) {
+                    if (!self->is_closed)
+                      self->report(0, Outcome::client_left, "the client left before its body");
+                    return self->close();
+                  }
+                  self->disarm();
                   self->parse();
                 });
             return;
@@ -419,8 +465,9 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
   void answer_now(HttpResponse& res) {
     const bool keep = !res.close && parser->keep_alive() && !parser->body_pending() && !t.stopping;
     const HttpRequest& r = parser->request();
-    auto text = std::make_shared<std::string>(
-        head_text(res, r.version, false, !keep, res.body.size()) + res.body);
+    auto text =
+        std::make_shared<std::string>(head_text(res, r.version, false, !keep, res.body.size()) +
+                                      (r.method == "HEAD" ? std::string() : res.body));
     RequestEnd end{r.id,
                    r.method,
                    r.path,
@@ -442,7 +489,8 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
     HttpRequest& r = parser->request();
     if (r.id == 0) r.id = t.next_id++;
     auto text = std::make_shared<std::string>(
-        head_text(res, r.version == 10 ? 10 : 11, false, true, res.body.size()) + res.body);
+        head_text(res, r.version == 10 ? 10 : 11, false, true, res.body.size()) +
+        (r.method == "HEAD" ? std::string() : res.body));
     RequestEnd end{r.id,
                    r.method.empty() ? "-" : r.method,
                    r.path.empty() ? "-" : r.path,
@@ -456,26 +504,19 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
 
   void write_then(std::shared_ptr<std::string> text, RequestEnd end, bool keep) {
     phase = Phase::closing;
-    const uint64_t gen = ++timer_gen;
-    timer.expires_after(std::min(t.limits.write_timeout, milliseconds(5000)));
-    timer.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
-      if (ec || gen != self->timer_gen || self->is_closed) return;
-      boost::system::error_code ignored;
-      self->sock.cancel(ignored);
-    });
+    arm_close(Clock::now() + std::min(t.limits.write_timeout, milliseconds(5000)));
     asio::async_write(sock, asio::buffer(*text),
                       [self = shared_from_this(), text, end = std::move(end), keep](
                           const boost::system::error_code& ec, size_t) mutable {
-                        ++self->timer_gen;
-                        self->timer.cancel();
-                        if (ec) {
-                          end.outcome = Outcome::client_left;
+                        self->disarm();
+                        if (ec || self->is_closed) {
+                          end.outcome = self->t.stopping ? Outcome::shutdown : Outcome::client_left;
                           self->report(end);
                           return self->close();
                         }
                         self->report(end);
                         self->first_request = false;
-                        if (keep) return self->begin_request();
+                        if (keep && !self->t.stopping) return self->begin_request();
                         self->linger_close();
                       });
   }
@@ -488,18 +529,14 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
     boost::system::error_code ignored;
     sock.shutdown(tcp::socket::shutdown_send, ignored);
     phase = Phase::closing;
-    arm(Clock::now() + milliseconds(t.stopping ? 200 : 2000));
+    arm_close(Clock::now() + milliseconds(t.stopping || short_linger ? 200 : 2000));
     drain(size_t(1) << 20);
   }
   void drain(size_t budget) {
     auto sink = std::make_shared<std::array<char, 16384>>();
     sock.async_read_some(asio::buffer(*sink), [self = shared_from_this(), sink, budget](
                                                   const boost::system::error_code& ec, size_t n) {
-      if (ec || n >= budget) {
-        ++self->timer_gen;
-        self->timer.cancel();
-        return self->close();
-      }
+      if (ec || n >= budget || self->is_closed) return self->close();
       self->drain(budget - n);
     });
   }
@@ -521,13 +558,25 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
                       client, status, o, seconds_since(request_start), std::move(detail)});
   }
   void report(const RequestEnd& e) {
-    if (t.handlers.finished) t.handlers.finished(e);
+    if (!t.handlers.finished) return;
+    try {
+      t.handlers.finished(e);
+    } catch (...) {  // a log that cannot be written (stderr closed) must not end the server
+    }
   }
 
   void dispatch() {
+    if (t.stopping || is_closed) {
+      report(0, Outcome::shutdown, "the server is stopping");
+      return close();
+    }
     phase = Phase::handling;
     ++t.handling;
-    t.workers->submit([self = shared_from_this()] { self->serve(); });
+    if (!t.workers->submit([self = shared_from_this()] { self->serve(); })) {
+      --t.handling;
+      report(0, Outcome::shutdown, "the server is stopping");
+      close();
+    }
   }
 
   // ---- worker thread (the I/O thread leaves the socket alone meanwhile)
@@ -536,15 +585,22 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
     HttpResponse res;
     write_failed = false;
     last_progress = Clock::now();
+    const auto failed = [&](const std::string& what) {
+      res = HttpResponse{};
+      res.status = 500;
+      res.body = error_json(500, "server_error", what);
+      res.detail = what;
+    };
     try {
       t.handlers.handle(req, res, *this);
     } catch (const std::exception& e) {
-      res = HttpResponse{};
-      res.status = 500;
-      res.body = error_json(500, "server_error", e.what());
-      res.detail = e.what();
+      failed(e.what());
+    } catch (...) {
+      failed("unknown error");
     }
-    const bool keep = !res.close && parser->keep_alive() && !t.stopping;
+    // An HTTP/1.0 request framed as chunked ends its connection (RFC 9112 6.1).
+    const bool keep = !res.close && parser->keep_alive() && !t.stopping &&
+                      !(req.version == 10 && req.has_header("Transfer-Encoding"));
     const bool head_only = req.method == "HEAD";
     Outcome outcome = res.status >= 400 ? Outcome::refused : Outcome::done;
     if (res.status == 499) outcome = Outcome::client_left;
@@ -555,7 +611,13 @@ struct HttpTransport::Impl::Conn : std::enable_shared_from_this<Conn>, ReplyWrit
       std::string detail;
       bool complete = head_only;
       if (ok && !head_only) {
-        complete = res.stream(*this, detail);
+        try {
+          complete = res.stream(*this, detail);
+        } catch (const std::exception& e) {
+          detail = fmt::format("the stream failed: {}", e.what());
+        } catch (...) {
+          detail = "the stream failed";
+        }
         if (complete && chunked) ok = send("0\r\n\r\n");
       }
       res.detail = detail;
@@ -677,7 +739,10 @@ void HttpTransport::Impl::accepted(tcp::socket sock) {
         client, mine - 1, limits.max_connections_per_client);
   c->parser.emplace(limits);
   c->request_start = Clock::now();
-  if (!why.empty()) return c->refuse(503, "unavailable_error", why);
+  if (!why.empty()) {
+    c->short_linger = true;
+    return c->refuse(503, "unavailable_error", why);
+  }
   c->begin_request();
 }
 
@@ -710,13 +775,18 @@ void HttpTransport::listen(const std::string& host, int port) {
   const auto results = resolver.resolve(
       host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec) throw std::system_error(EADDRNOTAVAIL, std::generic_category(), host);
+  // IPv4 first: "localhost" then listens where most clients look for it (127.0.0.1).
+  std::vector<tcp::endpoint> endpoints;
+  for (const auto& r : results) endpoints.push_back(r.endpoint());
+  std::stable_partition(endpoints.begin(), endpoints.end(),
+                        [](const tcp::endpoint& e) { return e.address().is_v4(); });
   boost::system::error_code last = asio::error::host_not_found;
-  for (const auto& r : results) {
+  for (const tcp::endpoint& e : endpoints) {
     tcp::acceptor a(m.io);
-    a.open(r.endpoint().protocol(), last);
+    a.open(e.protocol(), last);
     if (last) continue;
     a.set_option(asio::socket_base::reuse_address(true), last);
-    if (!last) a.bind(r.endpoint(), last);
+    if (!last) a.bind(e, last);
     if (!last) a.listen(asio::socket_base::max_listen_connections, last);
     if (last) continue;
     m.acceptor = std::move(a);
@@ -738,7 +808,15 @@ void HttpTransport::start() {
   m.accept();
   m.io_thread = std::thread([&m] {
     auto guard = asio::make_work_guard(m.io);
-    m.io.run();
+    for (;;) {
+      try {
+        m.io.run();
+        return;
+      } catch (const std::exception& e) {  // one connection's failure (out of memory, ...)
+        std::fprintf(stderr, "polystack: the HTTP transport went on after: %s\n", e.what());
+      } catch (...) {
+      }
+    }
   });
 }
 
@@ -760,7 +838,12 @@ void HttpTransport::stop() {
     for (const auto& c : m.conns)
       if (c->phase != Impl::Conn::Phase::handling && c->phase != Impl::Conn::Phase::closing)
         reading.push_back(c);
-    for (const auto& c : reading) c->close();
+    for (const auto& c : reading) {
+      // A request whose head was read ends here; an idle or half-read one was never a request.
+      if (c->phase == Impl::Conn::Phase::body)
+        c->report(0, Outcome::shutdown, "the server stopped before the body came");
+      c->close();
+    }
   });
   // Running replies end themselves (their writers say stopping); past the grace their writes
   // fail too.

@@ -14,7 +14,8 @@
 // its connection closed, so no byte of it is read as the next request. Keep-alive and
 // pipelining: requests of one connection are answered in order, one at a time. Shutdown is
 // bounded: stop() closes idle and reading connections at once, tells running handlers, and
-// returns within TransportLimits::shutdown_grace (plus one poll interval) whatever clients do.
+// returns within TransportLimits::shutdown_grace plus a second, whatever clients do (handlers
+// must look at their writer's stopping() or alive() while they wait).
 #include <chrono>
 #include <cstdint>
 #include <functional>

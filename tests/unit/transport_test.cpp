@@ -308,6 +308,59 @@ TEST(HttpTransport, RefusedFramingClosesTheConnection) {
   EXPECT_EQ(ends[1].path, "/forbidden");
 }
 
+TEST(HttpTransport, ChunkHeadersAndTrailersAreBounded) {
+  Fixture f;
+  f.start();
+  // A chunk-size line that never ends would otherwise be buffered for as long as it grows.
+  const int fd = connect_to(f.t->port());
+  send_all(fd, "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                   std::string(100000, 'a'));
+  bool closed = false;
+  std::string got = read_until_closed(fd, 5000ms, &closed);
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 400 ", 0), 0u) << got.substr(0, 200);
+  EXPECT_NE(got.find("chunk header or the trailers"), std::string::npos) << got.substr(0, 300);
+  EXPECT_TRUE(closed);
+}
+
+TEST(HttpTransport, AnswersToHeadCarryNoBody) {
+  Fixture f;
+  f.start();
+  // Refused on the I/O thread and answered by a worker alike: the next response on the
+  // connection starts where the head ends.
+  const int fd = connect_to(f.t->port());
+  send_all(fd,
+           "HEAD /forbidden HTTP/1.1\r\n\r\nHEAD /x HTTP/1.1\r\n\r\n"
+           "GET /y HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string got = read_until_closed(fd, 3000ms);
+  close(fd);
+  const size_t a = got.find("HTTP/1.1 403 "), b = got.find("HTTP/1.1 200 "),
+               c = got.find("HTTP/1.1 200 ", b + 1);
+  ASSERT_EQ(a, 0u) << got;
+  ASSERT_NE(c, std::string::npos) << got;
+  EXPECT_EQ(got.substr(b - 4, 4), "\r\n\r\n") << got;
+  EXPECT_EQ(got.find("[]"), got.rfind("[]")) << "only the GET has a body: " << got;
+  EXPECT_NE(got.find("GET /y []"), std::string::npos) << got;
+}
+
+TEST(HttpTransport, AFailingLogDoesNotStopTheServer) {
+  Fixture f;
+  f.start();
+  TransportHandlers h;
+  h.handle = [](const HttpRequest&, HttpResponse& res, ReplyWriter&) { res.body = "{}"; };
+  h.finished = [](const RequestEnd&) { throw std::runtime_error("stderr is gone"); };
+  HttpTransport t(f.limits, h);
+  t.listen("127.0.0.1", 0);
+  t.start();
+  for (int i = 0; i < 3; ++i) {
+    const int fd = connect_to(t.port());
+    send_all(fd, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+    const std::string got = read_until_closed(fd, 3000ms);
+    close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << got;
+  }
+}
+
 TEST(HttpTransport, ConnectionCapsAnswer503NamingTheFlag) {
   Fixture f;
   f.limits.max_connections = 3;
