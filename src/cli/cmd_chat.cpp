@@ -71,6 +71,7 @@ class Chat {
     SamplerParams sampling;
     int64_t seed = -1;
     std::optional<bool> enable_thinking;
+    std::shared_ptr<const grammar::Grammar> grammar;  // every reply's (null: none)
   };
 
   Chat(Engine& engine, const Tokenizer& tok, jinja::ChatTemplate& tmpl, Options o, bool tty)
@@ -216,6 +217,7 @@ class Chat {
     req.prompt = std::move(*prompt);
     req.sampling = o_.sampling;
     req.sampling.seed = rng_();
+    req.grammar = o_.grammar;
     req.max_tokens = o_.n_predict;
     std::shared_ptr<Stream> events = engine_.submit(std::move(req));
     if (!events) throw BackendError("the engine refused the request");
@@ -335,6 +337,7 @@ Action add_chat(CLI::App& app) {
     ModelFlags mf;
     Chat::Options co;
     std::string chat_template, reasoning;
+    GrammarFlags grammar;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
@@ -357,7 +360,9 @@ Action add_chat(CLI::App& app) {
   cmd->add_option("--min-p", o->co.sampling.min_p, "Drop tokens below min-p x the top probability");
   cmd->add_option("--repeat-penalty", o->co.sampling.repeat_penalty,
                   "Penalty for repeated tokens (1: off)");
+  add_grammar_flags(cmd, o->grammar);
   return [o] {
+    o->co.grammar = load_grammar(o->grammar);
     if (!o->reasoning.empty()) o->co.enable_thinking = o->reasoning == "on";
     const ModelChoice choice = resolve_chat_model_path(o->mf);
     if (choice.origin != "-m") fmt::print(stderr, "polystack: model: {}\n", choice.origin);

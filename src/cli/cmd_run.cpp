@@ -78,6 +78,7 @@ Action add_run(CLI::App& app) {
     int64_t seed = -1;
     SamplerParams sp;
     bool ignore_eos = false, verbose = false, raw = false;
+    GrammarFlags grammar;
   };
   auto o = std::make_shared<Opts>();
   add_model_flags(cmd, o->mf, false);
@@ -106,9 +107,12 @@ Action add_run(CLI::App& app) {
   cmd->add_option("--repeat-penalty", o->sp.repeat_penalty, "Penalty for repeated tokens (1: off)");
   cmd->add_option("--repeat-last-n", o->sp.repeat_last_n, "Tokens the repeat penalty looks back");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-text token");
+  add_grammar_flags(cmd, o->grammar);
   cmd->add_flag("-v,--verbose", o->verbose, "Also print where each layer runs and why");
 
   return [o, p, f] {
+    // A grammar's mistakes are told before the model loads.
+    const std::shared_ptr<const grammar::Grammar> grammar = load_grammar(o->grammar);
     // The prompt: -p TEXT, -p - or -f - (stdin), -f FILE, or stdin when it is not a terminal.
     std::string prompt;
     if ((*p && o->prompt == "-") || (*f && o->file == "-")) {
@@ -190,6 +194,7 @@ Action add_run(CLI::App& app) {
     req.sampling.seed = o->seed >= 0 ? uint64_t(o->seed) : std::random_device{}();
     req.max_tokens = o->n_predict;
     req.ignore_eos = o->ignore_eos;
+    req.grammar = grammar;
     const Tokenizer& tok = *model->tokenizer;
     req.prompt = tok.encode(text, true, true);
     if (req.prompt.empty()) throw UsageError("the prompt is empty and the model adds no BOS token");

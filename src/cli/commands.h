@@ -24,7 +24,10 @@ std::string read_file_bytes(const std::string& path);
 
 }  // namespace ps::cli
 
+#include <memory>
+
 #include "engine/model_context.h"
+#include "grammar/grammar.h"
 
 namespace ps::cli {
 
@@ -44,6 +47,14 @@ void print_device_choice(const ModelContext& s, bool verbose = false);
 void print_plan_detail(const ModelContext& s);
 // -ngl's value: auto, all or a count (ContextOptions::n_gpu_layers); CLI::ValidationError else.
 int parse_gpu_layers(const std::string& v);
+// --grammar GBNF and --grammar-file FILE, as `run` and `chat` take them: constrained decoding
+// (grammar/grammar.h), llama.cpp's GBNF.
+struct GrammarFlags {
+  std::string text, file;
+};
+void add_grammar_flags(CLI::App* cmd, GrammarFlags& g);
+// The grammar the flags give (null: none); UsageError naming the flag and what is wrong.
+std::shared_ptr<const grammar::Grammar> load_grammar(const GrammarFlags& g);
 // --chat-template NAME|FILE and --reasoning on|off, as `chat` and `serve` take them.
 void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::string& reasoning);
 // Where the model to run comes from, in this order: -m, POLYSTACK_MODEL, the default model

@@ -20,6 +20,24 @@ void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::str
       ->check(CLI::IsMember({"on", "off"}));
 }
 
+void add_grammar_flags(CLI::App* cmd, GrammarFlags& g) {
+  auto* text = cmd->add_option("--grammar", g.text,
+                               "Constrain the output to a grammar (llama.cpp's GBNF, start rule "
+                               "'root')");
+  auto* file = cmd->add_option("--grammar-file", g.file, "Read the --grammar from a file");
+  text->excludes(file);
+}
+
+std::shared_ptr<const grammar::Grammar> load_grammar(const GrammarFlags& g) {
+  if (g.text.empty() && g.file.empty()) return nullptr;
+  const std::string src = g.file.empty() ? g.text : read_file_bytes(g.file);
+  try {
+    return std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(src));
+  } catch (const grammar::GrammarError& e) {
+    throw UsageError(fmt::format("{}: {}", g.file.empty() ? "--grammar" : g.file, e.what()));
+  }
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* m = cmd->add_option("-m,--model", f.model,
                             "GGUF model file (default: POLYSTACK_MODEL, else the default model; "

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "grammar/token_filter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps {
@@ -251,6 +252,10 @@ void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   s.stream = std::move(w.stream);
   Sequence& seq = *s.kept.seq;
   seq.set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
+  if (s.req.grammar) {
+    if (!pieces_) pieces_ = grammar::VocabPieces::of(*tok_);
+    seq.sampler()->set_filter(std::make_unique<grammar::GrammarFilter>(s.req.grammar, pieces_));
+  }
   s.text = std::make_unique<TextStream>(s.req.stop);
   s.generated = 0;
   s.decode_steps = 0;
@@ -316,7 +321,9 @@ void Engine::sample(Slot& s) {
   Sequence& seq = *s.kept.seq;
   Sampler& sampler = *seq.sampler();
   const int32_t id = sampler.sample(s.logits);
+  if (id < 0) return finish(s, "stop", "no token of the vocabulary fits the grammar");
   sampler.accept(id);
+  if (sampler.filter()) sampler.filter()->accept(id);
   if (tok_->is_eog(id) && !s.req.ignore_eos) return finish(s, "stop", "end of text");
   ++s.generated;
   StreamEvent e;

@@ -29,6 +29,11 @@
 #include "engine/text_stream.h"
 #include "sampling/sampler.h"
 
+namespace ps::grammar {
+struct Grammar;
+struct VocabPieces;
+}  // namespace ps::grammar
+
 namespace ps {
 
 struct CompletionRequest {
@@ -37,6 +42,8 @@ struct CompletionRequest {
   int max_tokens = -1;  // -1: until end of text or a full context
   std::vector<std::string> stop;
   bool ignore_eos = false;  // end-of-generation tokens are generated like any other
+  // Constrained decoding: only text of this grammar is generated (null: any).
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // What the engine says about one request, in order: one event per generated token (its id and
@@ -169,6 +176,8 @@ class Engine {
   double warm_up_seconds_ = 0;
   std::unique_ptr<ModelContext> ctx_;
   const Tokenizer* tok_;
+  // The vocabulary's pieces for grammar filters, made at the first request with a grammar.
+  std::shared_ptr<const grammar::VocabPieces> pieces_;
   int max_queue_;
   // A test hook (POLYSTACK_TEST_STEP_DELAY_MS): a pause after each step, so that tests can
   // act while a request is still generating.

@@ -316,6 +316,43 @@ int32_t Sampler::sample(std::span<const float> logits) {
     throw UsageError("sampler: got " + std::to_string(logits.size()) +
                      " logits for a vocabulary of " + std::to_string(n_vocab_));
   }
+  const int32_t first = pick(logits);
+  // The usual pick first: checking one token is cheap, masking the vocabulary is not.
+  if (!filter_ || filter_->allows(first)) return first;
+  // The chain keeps at most `want` tokens (1 when greedy, top_k), so only the `want` best
+  // allowed ones need finding: the tokens are tried best first (after penalties) and every
+  // other one is masked. Marking more than those is harmless (top_k drops them again); missing
+  // one is not, so past the first ranks the rest are all tried.
+  const bool use_top_k = params_.top_k > 0 && params_.top_k < n_vocab_;
+  const size_t want = params_.temp <= 0.0f ? 1
+                      : use_top_k          ? size_t(params_.top_k)
+                                           : size_t(n_vocab_);
+  compute_penalized(logits);
+  rank_key_.assign(logits.begin(), logits.end());
+  for (float& v : rank_key_) v = sanitize(v);
+  for (const TokenLogit& p : penalized_) rank_key_[size_t(p.id)] = p.logit;
+  order_.resize(size_t(n_vocab_));
+  for (int32_t t = 0; t < n_vocab_; ++t) order_[size_t(t)] = t;
+  const size_t ranked = std::min<size_t>(order_.size(), std::max<size_t>(want, 512));
+  std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(ranked), order_.end(),
+                    [&](int32_t a, int32_t b) {
+                      return rank_key_[size_t(a)] > rank_key_[size_t(b)] ||
+                             (rank_key_[size_t(a)] == rank_key_[size_t(b)] && a < b);
+                    });
+  masked_.assign(size_t(n_vocab_), kNegInf);
+  size_t found = 0;
+  const auto test = [&](int32_t t) {
+    if (rank_key_[size_t(t)] == kNegInf || !filter_->allows(t)) return;
+    masked_[size_t(t)] = logits[size_t(t)];
+    ++found;
+  };
+  for (size_t i = 0; i < ranked && found < want; ++i) test(order_[i]);
+  if (found < want)
+    for (size_t i = ranked; i < order_.size(); ++i) test(order_[i]);
+  return found > 0 ? pick(masked_) : -1;
+}
+
+int32_t Sampler::pick(std::span<const float> logits) {
   compute_penalized(logits);
   if (params_.temp <= 0.0f) {
     select_top(logits, 1);

@@ -5,6 +5,7 @@
 // llama.cpp), so changing the temperature never changes which tokens are eligible.
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -25,6 +26,15 @@ struct SamplerParams {
   uint64_t seed = 0;
 };
 
+// Which tokens may come next, for constrained decoding (a grammar: grammar/token_filter.h).
+class TokenFilter {
+ public:
+  virtual ~TokenFilter() = default;
+  virtual bool allows(int32_t token) const = 0;
+  // The token was generated: what may follow changes.
+  virtual void accept(int32_t token) = 0;
+};
+
 // One token still in the running, with its logit after the steps applied so far.
 struct TokenLogit {
   int32_t id;
@@ -36,8 +46,14 @@ class Sampler {
   // Throws UsageError when a parameter is out of range.
   Sampler(const SamplerParams& params, int32_t n_vocab);
 
-  // Picks the next token. Does not record it: call accept() with the token actually used.
+  // Picks the next token. Does not record it: call accept() with the token actually used. With
+  // a filter, a token it refuses is never picked: the draw is made again over the tokens it
+  // allows (their logits as they were, every other one -inf); -1 when it allows none.
   int32_t sample(std::span<const float> logits);
+  // A filter for the tokens sample() may pick (none: any); the caller tells it what was
+  // generated (filter()->accept).
+  void set_filter(std::unique_ptr<TokenFilter> f) { filter_ = std::move(f); }
+  TokenFilter* filter() { return filter_.get(); }
   // Records a token for the repetition penalties.
   void accept(int32_t token);
   // Forgets accepted tokens and restarts the random sequence from the seed.
@@ -57,6 +73,7 @@ class Sampler {
   // Applies top_p and min_p to candidates_; `ranked` says candidates_ is already ranked.
   void apply_nucleus(bool ranked);
   int32_t draw();
+  int32_t pick(std::span<const float> logits);
 
   SamplerParams params_;
   int32_t n_vocab_;
@@ -69,6 +86,9 @@ class Sampler {
   std::vector<float> weights_;
   std::vector<double> bucket_mass_;
   std::vector<std::pair<TokenLogit, float>> boundary_;
+  std::unique_ptr<TokenFilter> filter_;
+  std::vector<float> masked_, rank_key_;
+  std::vector<int32_t> order_;
 };
 
 }  // namespace ps

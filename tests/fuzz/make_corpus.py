@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request", "fuzz_template",
-           "fuzz_device_parsers", "fuzz_doctor_parsers", "fuzz_cli_args"]
+           "fuzz_device_parsers", "fuzz_doctor_parsers", "fuzz_cli_args", "fuzz_grammar"]
 # The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
 VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
 
@@ -195,6 +195,19 @@ def template_seeds(shared: Path) -> list:
     return seeds
 
 
+def grammar_seeds() -> list:
+    """GBNF grammars, then a NUL and a text for their matcher."""
+    pairs = [
+        ('root ::= "{" ws pair ("," ws pair)* "}" ws\npair ::= "\\"" [a-z]+ "\\":" ws [0-9]{1,3}\n'
+         'ws ::= [ \\t\\n]*', '{"a": 1, "bc":22}'),
+        ('root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= [0-9]+ | "(" expr ")"',
+         "1+(2-3)+45"),
+        ('# unicode and negation\nroot ::= ("h\u00e9llo" | [^a-z\\n]{2,4})+ "."', "h\u00e9llo\u4f60\u597d."),
+        ('root ::= ("ab" | "c")* "!"?', "abcab!"),
+    ]
+    return [g.encode() + b"\0" + t.encode() for g, t in pairs]
+
+
 def cli_seeds() -> list:
     """Command lines, NUL between the arguments."""
     lines = [["run", "-m", "m.gguf", "-p", "Once upon", "-n", "64", "--temp", "0"],
@@ -241,6 +254,8 @@ def main() -> int:
             seeds = doctor_seeds()
         elif target == "fuzz_template":
             seeds = template_seeds(a.shared)
+        elif target == "fuzz_grammar":
+            seeds = grammar_seeds()
         elif target == "fuzz_cli_args":
             seeds = cli_seeds()
         (a.out / target).mkdir(parents=True, exist_ok=True)

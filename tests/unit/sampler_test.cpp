@@ -559,3 +559,65 @@ TEST(Sampler, InvalidParamsThrowUsageError) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+// Allows the tokens of a set; counts what it was asked.
+class SetFilter : public TokenFilter {
+ public:
+  explicit SetFilter(std::set<int32_t> ok) : ok_(std::move(ok)) {}
+  bool allows(int32_t t) const override { return ok_.count(t) > 0; }
+  void accept(int32_t t) override { accepted.push_back(t); }
+  std::vector<int32_t> accepted;
+
+ private:
+  std::set<int32_t> ok_;
+};
+
+TEST(SamplerFilter, GreedyTakesTheBestAllowedToken) {
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const std::vector<float> logits = random_logits(1000, seed);
+    std::mt19937 rng(seed);
+    std::set<int32_t> ok;
+    for (int i = 0; i < 5; ++i) ok.insert(int32_t(rng() % 1000));
+    SamplerParams p;
+    p.temp = 0;
+    Sampler s(p, 1000);
+    s.set_filter(std::make_unique<SetFilter>(ok));
+    int32_t best = *ok.begin();
+    for (int32_t t : ok)
+      if (logits[size_t(t)] > logits[size_t(best)]) best = t;
+    EXPECT_EQ(s.sample(logits), best);
+  }
+}
+
+TEST(SamplerFilter, TopKCountsOnlyAllowedTokens) {
+  // Allowed: 3 tokens ranked far down; top_k 2 keeps the best two of them, never the third,
+  // and never a refused token however likely.
+  std::vector<float> logits(600, 0.0f);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(i % 97) * 0.01f;
+  logits[10] = 5.0f;  // refused, the most likely
+  logits[400] = 1.0f, logits[401] = 0.9f, logits[402] = -3.0f;
+  SamplerParams p;
+  p.temp = 1.0f, p.top_k = 2, p.top_p = 1.0f, p.min_p = 0.0f, p.seed = 7;
+  Sampler s(p, 600);
+  s.set_filter(std::make_unique<SetFilter>(std::set<int32_t>{400, 401, 402}));
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 400; ++i) ++seen[s.sample(logits)];
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[400], seen[401]);
+  EXPECT_GT(seen[401], 50);
+  EXPECT_EQ(seen.count(402), 0u);
+}
+
+TEST(SamplerFilter, NoAllowedTokenIsMinusOne) {
+  const std::vector<float> logits = random_logits(50, 3);
+  SamplerParams p;
+  Sampler s(p, 50);
+  s.set_filter(std::make_unique<SetFilter>(std::set<int32_t>{}));
+  EXPECT_EQ(s.sample(logits), -1);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,145 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+namespace ps::grammar {
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) { reset(); }
+
+void Matcher::reset() {
+  st_ = State{};
+  for (uint32_t alt : g_->rules[g_->root].alternatives) expand(Stack{alt}, st_.stacks);
+  std::sort(st_.stacks.begin(), st_.stacks.end());
+  st_.stacks.erase(std::unique(st_.stacks.begin(), st_.stacks.end()), st_.stacks.end());
+}
+
+void Matcher::expand(Stack s, std::vector<Stack>& out) const {
+  for (;;) {
+    if (s.empty()) {
+      out.push_back(std::move(s));
+      return;
+    }
+    const Symbol sym = g_->code[s.back()];
+    if (sym.type == Symbol::Type::end) {
+      s.pop_back();  // the sequence is done: its caller goes on
+      continue;
+    }
+    if (sym.type == Symbol::Type::chars) {
+      out.push_back(std::move(s));
+      return;
+    }
+    // A reference: the caller resumes after it, unless that is its end (a tail call).
+    ++s.back();
+    if (g_->code[s.back()].type == Symbol::Type::end) s.pop_back();
+    const std::vector<uint32_t>& alts = g_->rules[sym.index].alternatives;
+    for (size_t i = 0; i + 1 < alts.size(); ++i) {
+      Stack branch = s;
+      branch.push_back(alts[i]);
+      expand(std::move(branch), out);
+    }
+    s.push_back(alts.back());
+  }
+}
+
+void Matcher::advance(const std::vector<Stack>& in, uint32_t c, std::vector<Stack>& out) const {
+  out.clear();
+  for (const Stack& s : in) {
+    if (s.empty() || !g_->sets[g_->code[s.back()].index].contains(c)) continue;
+    Stack next = s;
+    ++next.back();
+    expand(std::move(next), out);
+  }
+  if (out.size() > 1) {
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+}
+
+bool Matcher::any_in(const std::vector<Stack>& stacks, uint32_t lo, uint32_t hi) const {
+  for (const Stack& s : stacks)
+    if (!s.empty() && g_->sets[g_->code[s.back()].index].intersects(lo, hi)) return true;
+  return false;
+}
+
+bool Matcher::step(State& st, std::string_view bytes) const {
+  std::vector<Stack> next;
+  for (const char ch : bytes) {
+    const auto b = uint8_t(ch);
+    if (st.need > 0) {
+      if ((b & 0xC0) != 0x80) return false;
+      st.partial = (st.partial << 6) | (b & 0x3F);
+      --st.need;
+    } else if (b < 0x80) {
+      st.partial = b;
+    } else if ((b >> 5) == 0x6) {
+      st.partial = b & 0x1F, st.need = 1;
+    } else if ((b >> 4) == 0xE) {
+      st.partial = b & 0x0F, st.need = 2;
+    } else if ((b >> 3) == 0x1E) {
+      st.partial = b & 0x07, st.need = 3;
+    } else {
+      return false;  // not a UTF-8 lead byte
+    }
+    if (st.need > 0) continue;
+    advance(st.stacks, st.partial, next);
+    if (next.empty()) return false;
+    st.stacks.swap(next);
+    st.partial = 0;
+  }
+  if (st.need > 0) {
+    // A cut character: some stack must take a character that starts with these bits.
+    const uint32_t shift = 6 * uint32_t(st.need);
+    const uint32_t lo = st.partial << shift, hi = lo | ((1u << shift) - 1);
+    return any_in(st.stacks, lo, std::min<uint32_t>(hi, 0x10FFFF));
+  }
+  return true;
+}
+
+bool Matcher::allows(std::string_view bytes) const {
+  // Most pieces fail on their first character: that is judged without copying the stacks.
+  if (!bytes.empty() && st_.need == 0) {
+    const auto b = uint8_t(bytes[0]);
+    const size_t len = b < 0x80           ? 1
+                       : (b >> 5) == 0x6  ? 2
+                       : (b >> 4) == 0xE  ? 3
+                       : (b >> 3) == 0x1E ? 4
+                                          : 0;
+    if (len == 0) return false;
+    uint32_t c = len == 1 ? b : len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    size_t i = 1;
+    for (; i < len && i < bytes.size(); ++i) {
+      const auto cb = uint8_t(bytes[i]);
+      if ((cb & 0xC0) != 0x80) return false;
+      c = (c << 6) | (cb & 0x3Fu);
+    }
+    // A character cut by the piece's end: the range of those it could be.
+    const uint32_t shift = 6 * uint32_t(len - i);
+    const uint32_t lo = c << shift, hi = std::min<uint32_t>(lo | ((1u << shift) - 1), 0x10FFFF);
+    if (!any_in(st_.stacks, lo, hi)) return false;
+    if (bytes.size() == len) return true;  // a stack that takes it always leaves one after it
+  }
+  State copy = st_;
+  return step(copy, bytes);
+}
+
+bool Matcher::accept(std::string_view bytes) {
+  State next = st_;
+  if (!step(next, bytes)) return false;
+  st_ = std::move(next);
+  return true;
+}
+
+bool Matcher::can_end() const {
+  if (st_.need > 0) return false;
+  for (const Stack& s : st_.stacks)
+    if (s.empty()) return true;
+  return false;
+}
+
+bool Matcher::can_continue() const {
+  for (const Stack& s : st_.stacks)
+    if (!s.empty()) return true;
+  return false;
+}
+
+}  // namespace ps::grammar
