@@ -265,7 +265,7 @@ class Parser {
         last = seq.size();
         seq.push_back(Symbol{Symbol::Type::rule, rule_id(parse_name())});
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-        if (seq.size() == last && seq.empty()) fail(fmt::format("'{}' follows nothing", c));
+        if (seq.size() == last) fail(fmt::format("'{}' follows nothing", c));
         ++pos_;
         uint32_t min = 0, max = 0;
         bool unbounded = false;
@@ -317,7 +317,8 @@ class Parser {
           }
           seq.push_back(Symbol{Symbol::Type::rule, opt});
         }
-        last = seq.size();
+        // `last` stays: another operator takes all of this again (x?? is (x?)?, as llama.cpp
+        // reads it).
       } else {
         fail(fmt::format("unexpected '{}'", c));
       }

@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace ps::grammar {
 
@@ -8,13 +9,23 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)
 
 void Matcher::reset() {
   st_ = State{};
-  for (uint32_t alt : g_->rules[g_->root].alternatives) expand(Stack{alt}, st_.stacks);
+  Seen seen;
+  for (uint32_t alt : g_->rules[g_->root].alternatives) expand(Stack{alt}, st_.stacks, seen);
   std::sort(st_.stacks.begin(), st_.stacks.end());
   st_.stacks.erase(std::unique(st_.stacks.begin(), st_.stacks.end()), st_.stacks.end());
 }
 
-void Matcher::expand(Stack s, std::vector<Stack>& out) const {
+size_t Matcher::StackHash::operator()(const Stack& s) const {
+  size_t h = s.size();
+  for (uint32_t v : s) h = h * 0x9E3779B97F4A7C15ull + v;
+  return h;
+}
+
+void Matcher::expand(Stack s, std::vector<Stack>& out, Seen& seen) const {
   for (;;) {
+    // Paths through rules that can be empty meet again in the same stacks ("x?" nested, or in a
+    // row): each stack is followed once per step, so the work stays polynomial.
+    if (!seen.insert(s).second) return;
     if (s.empty()) {
       out.push_back(std::move(s));
       return;
@@ -35,7 +46,7 @@ void Matcher::expand(Stack s, std::vector<Stack>& out) const {
     for (size_t i = 0; i + 1 < alts.size(); ++i) {
       Stack branch = s;
       branch.push_back(alts[i]);
-      expand(std::move(branch), out);
+      expand(std::move(branch), out, seen);
     }
     s.push_back(alts.back());
   }
@@ -43,11 +54,12 @@ void Matcher::expand(Stack s, std::vector<Stack>& out) const {
 
 void Matcher::advance(const std::vector<Stack>& in, uint32_t c, std::vector<Stack>& out) const {
   out.clear();
+  Seen seen;
   for (const Stack& s : in) {
     if (s.empty() || !g_->sets[g_->code[s.back()].index].contains(c)) continue;
     Stack next = s;
     ++next.back();
-    expand(std::move(next), out);
+    expand(std::move(next), out, seen);
   }
   if (out.size() > 1) {
     std::sort(out.begin(), out.end());
@@ -70,17 +82,22 @@ bool Matcher::step(State& st, std::string_view bytes) const {
       st.partial = (st.partial << 6) | (b & 0x3F);
       --st.need;
     } else if (b < 0x80) {
-      st.partial = b;
+      st.partial = b, st.least = 0;
     } else if ((b >> 5) == 0x6) {
-      st.partial = b & 0x1F, st.need = 1;
+      st.partial = b & 0x1F, st.need = 1, st.least = 0x80;
     } else if ((b >> 4) == 0xE) {
-      st.partial = b & 0x0F, st.need = 2;
+      st.partial = b & 0x0F, st.need = 2, st.least = 0x800;
     } else if ((b >> 3) == 0x1E) {
-      st.partial = b & 0x07, st.need = 3;
+      st.partial = b & 0x07, st.need = 3, st.least = 0x10000;
     } else {
       return false;  // not a UTF-8 lead byte
     }
     if (st.need > 0) continue;
+    // An overlong form (C1 BB for '{'), a surrogate or a code point past U+10FFFF is not UTF-8:
+    // byte tokens must not spell a grammar's characters that way.
+    if (st.partial < st.least || st.partial > 0x10FFFF ||
+        (st.partial >= 0xD800 && st.partial <= 0xDFFF))
+      return false;
     advance(st.stacks, st.partial, next);
     if (next.empty()) return false;
     st.stacks.swap(next);
@@ -89,8 +106,10 @@ bool Matcher::step(State& st, std::string_view bytes) const {
   if (st.need > 0) {
     // A cut character: some stack must take a character that starts with these bits.
     const uint32_t shift = 6 * uint32_t(st.need);
-    const uint32_t lo = st.partial << shift, hi = lo | ((1u << shift) - 1);
-    return any_in(st.stacks, lo, std::min<uint32_t>(hi, 0x10FFFF));
+    const uint32_t lo = std::max(st.partial << shift, st.least);
+    const uint32_t hi = std::min<uint32_t>((st.partial << shift) | ((1u << shift) - 1), 0x10FFFF);
+    const bool surrogate = lo >= 0xD800 && hi <= 0xDFFF;
+    return lo <= hi && !surrogate && any_in(st.stacks, lo, hi);
   }
   return true;
 }
@@ -112,10 +131,13 @@ bool Matcher::allows(std::string_view bytes) const {
       if ((cb & 0xC0) != 0x80) return false;
       c = (c << 6) | (cb & 0x3Fu);
     }
-    // A character cut by the piece's end: the range of those it could be.
+    // A character cut by the piece's end: the range of those it could be (in the shortest
+    // form only).
+    const uint32_t least = len == 1 ? 0 : len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
     const uint32_t shift = 6 * uint32_t(len - i);
-    const uint32_t lo = c << shift, hi = std::min<uint32_t>(lo | ((1u << shift) - 1), 0x10FFFF);
-    if (!any_in(st_.stacks, lo, hi)) return false;
+    const uint32_t lo = std::max(c << shift, least);
+    const uint32_t hi = std::min<uint32_t>((c << shift) | ((1u << shift) - 1), 0x10FFFF);
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF) || !any_in(st_.stacks, lo, hi)) return false;
     if (bytes.size() == len) return true;  // a stack that takes it always leaves one after it
   }
   State copy = st_;

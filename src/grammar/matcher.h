@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -39,10 +40,15 @@ class Matcher {
     std::vector<Stack> stacks;
     uint32_t partial = 0;  // the bits of a cut UTF-8 character
     int need = 0;          // its continuation bytes still to come
+    uint32_t least = 0;    // the smallest code point its length may encode (no overlong forms)
   };
   // Every stack reached from `s` by entering rules and leaving finished sequences, until each
   // top is a character set or the stack is empty.
-  void expand(Stack s, std::vector<Stack>& out) const;
+  struct StackHash {
+    size_t operator()(const Stack& s) const;
+  };
+  using Seen = std::unordered_set<Stack, StackHash>;
+  void expand(Stack s, std::vector<Stack>& out, Seen& seen) const;
   void advance(const std::vector<Stack>& in, uint32_t c, std::vector<Stack>& out) const;
   bool step(State& st, std::string_view bytes) const;
   // Whether some stack's next set holds a character in [lo, hi].

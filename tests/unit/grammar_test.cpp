@@ -247,6 +247,20 @@ TEST(Matcher, RepetitionsKeepStacksShallow) {
   EXPECT_FALSE(m.can_continue());
 }
 
+TEST(Matcher, RunsOfRulesThatCanBeEmptyStayPolynomial) {
+  // Thirty optional items in a row, and optionals nested thirty deep: every way of skipping
+  // them ends in the same stacks, which are followed once (2^30 paths otherwise).
+  for (const char* src : {R"(root ::= ("a"?){30} "b")",
+                          R"(root ::= ("a" | "c")??????????????????????????????{3} "b")"}) {
+    auto g = std::make_shared<Grammar>(Grammar::parse(src));
+    Matcher m(g);
+    EXPECT_TRUE(m.accept("aa")) << src;
+    EXPECT_TRUE(m.allows("b")) << src;
+    EXPECT_TRUE(m.accept("ab")) << src;
+    EXPECT_TRUE(m.can_end()) << src;
+  }
+}
+
 TEST(Matcher, AgreesWithTheReferenceOnSentencesPrefixesAndTokens) {
   std::mt19937 rng(1234);
   int checked = 0, allowed = 0;
@@ -336,6 +350,32 @@ TEST(Matcher, AgreesWithTheReferenceOnSentencesPrefixesAndTokens) {
   EXPECT_GT(allowed, 500) << checked;
   EXPECT_GT(checked - allowed, 2000) << allowed;
   std::printf("[ checked  ] %d pieces, %d allowed\n", checked, allowed);
+}
+
+// Byte tokens can spell a character in more bytes than UTF-8 allows ("{" as C1 BB, E0 81 BB or
+// F0 80 81 BB): such forms, surrogates and code points past U+10FFFF are not the grammar's
+// characters, whole or cut across pieces.
+TEST(Matcher, RefusesWhatIsNotUtf8) {
+  const auto g = std::make_shared<Grammar>(Grammar::parse(R"(root ::= "{" [^a] "}")"));
+  for (const std::string bad : {"\xC1\xBB", "\xE0\x81\xBB", "\xF0\x80\x81\xBB"}) {
+    Matcher m(g);
+    EXPECT_FALSE(m.allows(bad));
+    EXPECT_FALSE(m.accept(bad));
+    EXPECT_FALSE(m.allows(bad.substr(0, 1))) << "a lead byte that only starts overlong forms";
+    EXPECT_FALSE(m.allows(bad.substr(0, 2)));
+  }
+  Matcher m(g);
+  ASSERT_TRUE(m.accept("{"));
+  EXPECT_FALSE(m.allows("\xED\xA0\x80"));  // U+D800
+  EXPECT_FALSE(m.accept("\xED\xA0\x80"));
+  EXPECT_FALSE(m.allows("\xED\xA0"));          // only surrogates start so
+  EXPECT_TRUE(m.allows("\xED"));               // U+D000..U+D7FF do too
+  EXPECT_FALSE(m.allows("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(m.allows("\xF5"));
+  EXPECT_TRUE(m.allows("\xC3"));  // the start of U+00C0..U+00FF
+  EXPECT_TRUE(m.accept("\xC3\xA9"));
+  EXPECT_TRUE(m.accept("}"));
+  EXPECT_TRUE(m.can_end());
 }
 
 }  // namespace
