@@ -47,10 +47,12 @@ void print_device_choice(const ModelContext& s, bool verbose = false);
 void print_plan_detail(const ModelContext& s);
 // -ngl's value: auto, all or a count (ContextOptions::n_gpu_layers); CLI::ValidationError else.
 int parse_gpu_layers(const std::string& v);
-// --grammar GBNF and --grammar-file FILE, as `run` and `chat` take them: constrained decoding
-// (grammar/grammar.h), llama.cpp's GBNF.
+// --grammar GBNF, --grammar-file FILE, -j/--json-schema SCHEMA and --json-schema-file FILE (one
+// of them), as `run` and `chat` take them: constrained decoding (grammar/grammar.h), llama.cpp's
+// GBNF or a JSON Schema compiled to it (grammar/json_schema.h).
 struct GrammarFlags {
   std::string text, file;
+  std::string json_schema, json_schema_file;
 };
 void add_grammar_flags(CLI::App* cmd, GrammarFlags& g);
 // The grammar the flags give (null: none); UsageError naming the flag and what is wrong.

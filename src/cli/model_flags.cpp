@@ -1,12 +1,14 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <nlohmann/json.hpp>
 
 #include "backend/device_choice.h"
 #include "backend/physical_device.h"
 #include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "grammar/json_schema.h"
 #include "template/chat_template.h"
 
 namespace ps::cli {
@@ -21,20 +23,53 @@ void add_chat_template_flags(CLI::App* cmd, std::string& chat_template, std::str
 }
 
 void add_grammar_flags(CLI::App* cmd, GrammarFlags& g) {
-  auto* text = cmd->add_option("--grammar", g.text,
-                               "Constrain the output to a grammar (llama.cpp's GBNF, start rule "
-                               "'root')");
-  auto* file = cmd->add_option("--grammar-file", g.file, "Read the --grammar from a file");
-  text->excludes(file);
+  CLI::Option* const opts[] = {
+      cmd->add_option("--grammar", g.text,
+                      "Constrain the output to a grammar (llama.cpp's GBNF, start rule 'root')")
+          ->type_name("GBNF"),
+      cmd->add_option("--grammar-file", g.file, "Read the --grammar from a file")
+          ->type_name("FILE"),
+      cmd->add_option("-j,--json-schema", g.json_schema,
+                      "Constrain the output to JSON that is an instance of this JSON Schema "
+                      "(a subset: see the README; what is not supported is an error)")
+          ->type_name("SCHEMA"),
+      cmd->add_option("--json-schema-file", g.json_schema_file,
+                      "Read the --json-schema from a file")
+          ->type_name("FILE"),
+  };
+  for (CLI::Option* a : opts)
+    for (CLI::Option* b : opts)
+      if (a != b) a->excludes(b);
 }
 
 std::shared_ptr<const grammar::Grammar> load_grammar(const GrammarFlags& g) {
-  if (g.text.empty() && g.file.empty()) return nullptr;
-  const std::string src = g.file.empty() ? g.text : read_file_bytes(g.file);
+  std::string src, flag;
+  if (!g.json_schema.empty() || !g.json_schema_file.empty()) {
+    const bool file = !g.json_schema_file.empty();
+    flag = file ? "--json-schema-file " + g.json_schema_file : "--json-schema";
+    nlohmann::ordered_json schema;
+    try {
+      // ordered: the properties come out in the schema's order.
+      schema =
+          nlohmann::ordered_json::parse(file ? read_file_bytes(g.json_schema_file) : g.json_schema);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw UsageError(fmt::format("{}: not JSON: {}", flag, e.what()));
+    }
+    try {
+      src = grammar::json_schema_to_gbnf(schema);
+    } catch (const grammar::GrammarError& e) {
+      throw UsageError(fmt::format("{}: {}", flag, e.what()));
+    }
+  } else if (!g.text.empty() || !g.file.empty()) {
+    flag = g.file.empty() ? "--grammar" : g.file;
+    src = g.file.empty() ? g.text : read_file_bytes(g.file);
+  } else {
+    return nullptr;
+  }
   try {
     return std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(src));
   } catch (const grammar::GrammarError& e) {
-    throw UsageError(fmt::format("{}: {}", g.file.empty() ? "--grammar" : g.file, e.what()));
+    throw UsageError(fmt::format("{}: {}", flag, e.what()));
   }
 }
 

@@ -7,6 +7,8 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -111,16 +113,57 @@ void refuse_unsupported(const json& b) {
   if (given("tool_choice") && b["tool_choice"] != "none")
     throw invalid("'tool_choice' is not supported yet: replies are not parsed into tool calls");
   if (given("functions")) throw invalid("'functions' is not supported yet");
-  if (given("response_format") &&
-      !(b["response_format"].is_object() && b["response_format"].contains("type") &&
-        b["response_format"]["type"] == "text"))
-    throw invalid(
-        "'response_format' is not supported yet: replies are not constrained to JSON or a "
-        "schema (only {\"type\": \"text\"} is taken)");
   if (given("logprobs") && b["logprobs"] != false && b["logprobs"] != 0)
     throw invalid("'logprobs' is not supported yet");
   if (given("top_logprobs") && b["top_logprobs"] != 0)
     throw invalid("'top_logprobs' is not supported yet");
+}
+
+// Constrained decoding: `grammar` (GBNF, as llama-server takes it) or `response_format`
+// (OpenAI's: text, json_object, json_schema with its schema; llama-server's json_object with a
+// `schema`). Null: the reply is free text.
+std::shared_ptr<const grammar::Grammar> read_grammar(const json& b, std::string_view body) {
+  const auto given = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
+  std::string gbnf, what;
+  if (given("grammar")) {
+    if (!b["grammar"].is_string()) throw invalid("'grammar' must be a string (GBNF)");
+    gbnf = b["grammar"].get<std::string>(), what = "'grammar'";
+  }
+  if (given("response_format")) {
+    const json& f = b["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      throw invalid("'response_format' must be an object with a 'type'");
+    const std::string type = f["type"].get<std::string>();
+    if (type != "text" && !gbnf.empty())
+      throw invalid("give 'grammar' or 'response_format', not both");
+    // The schema parsed again keeping its key order: properties come out in the order given.
+    const auto ordered = [&] { return nlohmann::ordered_json::parse(body)["response_format"]; };
+    try {
+      if (type == "json_object") {
+        gbnf = f.contains("schema") && !f["schema"].is_null()
+                   ? grammar::json_schema_to_gbnf(ordered()["schema"])
+                   : grammar::json_object_gbnf();
+        what = "'response_format'";
+      } else if (type == "json_schema") {
+        if (!f.contains("json_schema") || !f["json_schema"].is_object() ||
+            !f["json_schema"].contains("schema"))
+          throw invalid("'response_format' of type json_schema needs 'json_schema.schema'");
+        gbnf = grammar::json_schema_to_gbnf(ordered()["json_schema"]["schema"]);
+        what = "'response_format'";
+      } else if (type != "text") {
+        throw invalid(fmt::format(
+            "'response_format' type '{}' is not one of text, json_object, json_schema", type));
+      }
+    } catch (const grammar::GrammarError& e) {
+      throw invalid(fmt::format("'response_format': {}", e.what()));
+    }
+  }
+  if (gbnf.empty()) return nullptr;
+  try {
+    return std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(gbnf));
+  } catch (const grammar::GrammarError& e) {
+    throw invalid(fmt::format("{}: {}", what, e.what()));
+  }
 }
 
 void check_fits(const CompletionRequest& r, int n_ctx) {
@@ -234,6 +277,7 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
   refuse_unsupported(b);
   CompletionBody out;
   out.request = read_common(b, tok.n_vocab());
+  out.request.grammar = read_grammar(b, body);
   // The rendered text holds the template's control tokens as text: parsed as special tokens.
   out.request.prompt =
       chat ? encode_bounded(render_chat(body, setup), tok, n_ctx) : tokenize_prompt(b, tok, n_ctx);

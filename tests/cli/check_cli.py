@@ -15,7 +15,7 @@
    about, GPU flags on a CPU-only run as notes, the CPU's share in a split.
 5. bench's ratio against its first row.
 6. quantize: llama.cpp's names, --allow-requantize, the polystack: prefix.
-7. serve: a port in use said before the model loads; tools, response_format and logprobs
+7. serve: a port in use said before the model loads; tools and logprobs
    refused by name; /metrics counting what usage reports; a stream cut short by shutdown.
 8. Ctrl-C during run: the text ends with a newline, the timing line says so, exit 130.
 
@@ -489,7 +489,6 @@ def check_serve(b, model):
                                   {"POLYSTACK_TEST_STEP_DELAY_MS": "5"})
         try:
             for field, value in (("tools", [{"type": "function", "function": {"name": "f"}}]),
-                                 ("response_format", {"type": "json_object"}),
                                  ("logprobs", True), ("top_logprobs", 3),
                                  ("tool_choice", "auto")):
                 status, body = request(port, "POST", "/v1/chat/completions",

@@ -8,16 +8,26 @@
 - `--grammar-file` reads the same grammar; `chat --grammar` constrains every reply.
 - A grammar with a mistake (an undefined rule, left recursion, a syntax error) is one line
   naming the flag and the line, exit 2, before the model loads.
+- `serve` through the official openai client (the default chat model when installed, else
+  stories260K): `response_format` json_schema (plain and streamed: the streamed text is the
+  same, and it parses and validates against the schema), json_object (a JSON object), a GBNF
+  `grammar` on /v1/completions, `finish_reason` "length" when max_tokens cuts the output, and a
+  400 naming the keyword for a schema it cannot compile.
 
 Exits 77 (skipped) when stories260K is absent.
 """
 import argparse
 import importlib.util
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 problems = []
 
@@ -99,9 +109,109 @@ def main():
         lines = err.strip().splitlines()
         check(rc == 2 and len(lines) == 1 and want in lines[0] and "--grammar" in lines[0],
               f"a grammar with {what}: one line, exit 2", f"rc={rc} {err!r}")
+    check_server(b, models[-1])
     print("all structured-output checks passed" if not problems
           else f"{len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "pets"],
+    "additionalProperties": False,
+}
+
+
+def valid(doc, schema):
+    """The document against SCHEMA's rules (jsonschema where installed, by hand else)."""
+    try:
+        import jsonschema
+        jsonschema.validate(doc, schema)
+        return True
+    except ImportError:
+        pass
+    except Exception:
+        return False
+    return (isinstance(doc, dict) and set(doc) == {"name", "age", "pets"} and
+            isinstance(doc["name"], str) and len(doc["name"]) <= 12 and
+            isinstance(doc["age"], int) and 0 <= doc["age"] <= 120 and
+            isinstance(doc["pets"], list) and len(doc["pets"]) <= 3 and
+            all(p in ("cat", "dog", "fish") for p in doc["pets"]))
+
+
+def check_server(b, model):
+    import openai
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([b, "serve", "-m", model, "--port", str(port), "-np", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                               max_retries=0)
+        msgs = [{"role": "user", "content": "Describe a person and their pets as JSON."}]
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+        for seed in (1, 2, 3):
+            c = client.chat.completions.create(model="x", messages=msgs, max_tokens=200,
+                                               temperature=0.8, seed=seed, response_format=fmt)
+            text = c.choices[0].message.content
+            try:
+                doc = json.loads(text)
+            except ValueError:
+                doc = None
+            check(c.choices[0].finish_reason == "stop" and valid(doc, SCHEMA),
+                  f"serve: json_schema, seed {seed}: {text!r}", c.choices[0].finish_reason)
+            streamed = "".join(ch.choices[0].delta.content or "" for ch in
+                               client.chat.completions.create(
+                                   model="x", messages=msgs, max_tokens=200, temperature=0.8,
+                                   seed=seed, response_format=fmt, stream=True) if ch.choices)
+            check(streamed == text, f"serve: json_schema streamed, seed {seed}", streamed)
+        c = client.chat.completions.create(model="x", messages=msgs, max_tokens=300,
+                                           temperature=0.7, seed=4,
+                                           response_format={"type": "json_object"})
+        try:
+            doc = json.loads(c.choices[0].message.content)
+        except ValueError:
+            doc = None
+        check(isinstance(doc, dict) or c.choices[0].finish_reason == "length",
+              "serve: json_object gives a JSON object", c.choices[0].message.content)
+        c = client.completions.create(model="x", prompt="The answer is", max_tokens=64,
+                                      temperature=0.9, seed=5, extra_body={"grammar": GRAMMAR})
+        check(REGEX.fullmatch(c.choices[0].text) is not None,
+              "serve: a GBNF grammar on /v1/completions", c.choices[0].text)
+        c = client.chat.completions.create(model="x", messages=msgs, max_tokens=3,
+                                           temperature=0, response_format=fmt)
+        check(c.choices[0].finish_reason == "length",
+              "serve: max_tokens before the schema's end is finish_reason length",
+              c.choices[0].finish_reason)
+        try:
+            client.chat.completions.create(
+                model="x", messages=msgs, max_tokens=3, response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"not": {"type": "string"}}}})
+            check(False, "serve: an unsupported schema keyword is refused")
+        except openai.BadRequestError as e:
+            check("'not'" in str(e), "serve: an unsupported schema keyword is a 400 naming it",
+                  str(e))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 if __name__ == "__main__":

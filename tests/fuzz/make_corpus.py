@@ -205,7 +205,15 @@ def grammar_seeds() -> list:
         ('# unicode and negation\nroot ::= ("h\u00e9llo" | [^a-z\\n]{2,4})+ "."', "h\u00e9llo\u4f60\u597d."),
         ('root ::= ("ab" | "c")* "!"?', "abcab!"),
     ]
-    return [g.encode() + b"\0" + t.encode() for g, t in pairs]
+    seeds = [g.encode() + b"\0" + t.encode() for g, t in pairs]
+    # JSON schemas (compiled to GBNF first), with an instance as the text.
+    schemas = Path(__file__).resolve().parent.parent / "data" / "json_schemas"
+    for p in sorted(schemas.glob("*.json")):
+        seeds.append(p.read_bytes().strip() + b"\0" + b'{"a": [1, "x", null]}')
+    seeds.append(b'{"type": "object", "properties": {"n": {"type": "integer", "minimum": -5, '
+                 b'"maximum": 120}, "d": {"type": "string", "format": "date"}}, "required": '
+                 b'["n"]}\0{"n": 42, "d": "2024-02-29"}')
+    return seeds
 
 
 def cli_seeds() -> list:

@@ -125,10 +125,8 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
             "user, assistant, tool or function)");
   // Fields whose meaning is not given yet are refused by name, whatever their shape.
   for (const char* field :
-       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")",
-        R"("response_format": {"type": "json_object"})", R"("response_format": {"type": 5})",
-        R"("response_format": "json")", R"("logprobs": true)", R"("logprobs": 3)",
-        R"("top_logprobs": 2)", R"("functions": [])"}) {
+       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")", R"("logprobs": true)",
+        R"("logprobs": 3)", R"("top_logprobs": 2)", R"("functions": [])"}) {
     const std::string e = error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field));
     EXPECT_EQ(e.rfind("400 invalid_request_error: '", 0), 0u) << field << ": " << e;
     EXPECT_NE(e.find("is not supported yet"), std::string::npos) << field << ": " << e;
@@ -137,6 +135,29 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
        {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
         R"("response_format": {"type": "text"})", R"("logprobs": false)", R"("top_logprobs": 0)"})
     EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
+  // Constrained decoding: a grammar or a response format; their mistakes are 400s naming them.
+  for (const char* field :
+       {R"("response_format": {"type": "json_object"})", R"("grammar": "root ::= [a-z]+")",
+        R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+            {"type": "object", "properties": {"a": {"type": "integer"}}}}})",
+        R"("response_format": {"type": "json_object", "schema": {"type": "array"}})"})
+    EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
+  for (const auto& [field, want] : std::vector<std::pair<const char*, const char*>>{
+           {R"("response_format": {"type": 5})", "'response_format' must be an object with a"},
+           {R"("response_format": "json")", "'response_format' must be an object with a"},
+           {R"("response_format": {"type": "yaml"})", "type 'yaml' is not one of"},
+           {R"("response_format": {"type": "json_schema"})", "needs 'json_schema.schema'"},
+           {R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+                {"not": {"type": "string"}}}})",
+            "'response_format': json_schema: 'not'"},
+           {R"("grammar": "root ::= foo")", "'grammar': grammar: rule 'foo' is used but not"},
+           {R"("grammar": 5)", "'grammar' must be a string"},
+           {R"("grammar": "root ::= [a]", "response_format": {"type": "json_object"})",
+            "give 'grammar' or 'response_format', not both"}}) {
+    const std::string e = error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field));
+    EXPECT_EQ(e.rfind("400 invalid_request_error: ", 0), 0u) << field << ": " << e;
+    EXPECT_NE(e.find(want), std::string::npos) << field << ": " << e;
+  }
   const std::string long_prompt = fmt::format(R"({{"prompt": "{}"}})", std::string(200, 'a'));
   EXPECT_EQ(error_of(tok, long_prompt).substr(0, 30), "400 exceed_context_size_error:");
   // A prompt whose length alone rules it out is refused before it is tokenized.
