@@ -2,7 +2,7 @@
 """What constrained decoding costs per token: generation speed with and without a JSON schema.
 
 Starts `polystack serve` (and, with --llama-server PATH, llama.cpp's server the same way), and
-for each case streams a chat completion at temperature 0 and measures the generation rate from
+for each case streams a chat completion (at temperature 0 unless --temperature) and measures the generation rate from
 the first streamed token to the last (the prompt apart): free text, `response_format`
 json_object, and json_schema with the schema below (or --schema FILE). Prints a Markdown table.
 
@@ -56,11 +56,11 @@ def start(cmd, port):
     raise RuntimeError(f"{cmd[0]} did not come up")
 
 
-def rate(port, fmt, max_tokens):
+def rate(port, fmt, max_tokens, temperature):
     """Tokens per second between the first and the last streamed token, and the tokens."""
     body = {"messages": [{"role": "user", "content":
                           "Write a JSON record of a fictional person with an address."}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True}
+            "max_tokens": max_tokens, "temperature": temperature, "seed": 1, "stream": True}
     if fmt is not None:
         body["response_format"] = fmt
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -90,6 +90,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: greedy; above, sampled with the servers' default top_k (40)")
     a = ap.parse_args()
     schema = json.load(open(a.schema)) if a.schema else SCHEMA
     cases = [("free text", None), ("json_object", {"type": "json_object"}),
@@ -106,10 +108,10 @@ def main():
         port = free_port()
         p = start(cmd(port), port)
         try:
-            rate(port, None, 8)  # warm-up
+            rate(port, None, 8, 0)  # warm-up
             base = None
             for case, fmt in cases:
-                got = [rate(port, fmt, a.max_tokens) for _ in range(a.rounds)]
+                got = [rate(port, fmt, a.max_tokens, a.temperature) for _ in range(a.rounds)]
                 tps = statistics.median(g[0] for g in got)
                 base = base or tps
                 rows.append((name, case, got[0][1], tps, tps / base if base else 0))
