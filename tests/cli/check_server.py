@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+import servertest
+
 SKIP = 77
 problems = []
 
@@ -39,54 +41,9 @@ def fail(msg):
     problems.append(msg)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, binary, model, args, env=None):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", model, "--port", str(self.port)] + DEVICE + args,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env or os.environ.copy())
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}: "
-                                   f"{self.proc.stderr.read()[-500:]}")
-            try:
-                status, _ = self.request("GET", "/health")
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("serve did not answer /health within 120 s")
-
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-        c.request(method, path, body=data, headers=headers or {})
-        r = c.getresponse()
-        raw = r.read().decode("utf-8", "replace")
-        c.close()
-        try:
-            return r.status, json.loads(raw)
-        except ValueError:
-            return r.status, raw
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            fail("serve did not stop within 30 s of SIGTERM")
-            return -1, ""
-        return rc, self.proc.stderr.read()
+def Server(binary, model, args, env=None):
+    """serve with --device of this script (DEVICE) before the test's own flags."""
+    return servertest.Server(binary, model, DEVICE + args, env, on_fail=fail)
 
 
 def expect_error(srv, what, method, path, body, status, etype, headers=None):
@@ -450,11 +407,7 @@ def main():
                      400, "invalid_request_error")
         # Headers judged before the body is read: a compressed body (a gzip bomb inflates past
         # any body limit), too many header fields, a length that is ambiguous.
-        def peak_kib():
-            with open(f"/proc/{srv.proc.pid}/status") as f:
-                return int([l for l in f if l.startswith("VmHWM:")][0].split()[1])
-
-        peak_before = peak_kib()
+        peak_before = srv.peak_kib()
         packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
         chunk = b"a" * (1 << 20)
         bomb = packer.compress(b'{"prompt": "') + b"".join(
@@ -481,7 +434,7 @@ def main():
                 fail(f"{what}: expected {status}, got {reply[:200]!r}")
             else:
                 print(f"{what}: {status}")
-        grew = peak_kib() - peak_before
+        grew = srv.peak_kib() - peak_before
         if grew > 128 << 10:  # KiB: inflated, the bomb alone would take 256 MiB
             fail(f"the server's peak memory grew by {grew} KiB with the compressed body")
     finally:

