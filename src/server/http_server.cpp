@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "engine/chat_setup.h"
 #include "engine/engine.h"
+#include "engine/thinking.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/browser_policy.h"
@@ -101,6 +102,9 @@ struct Server {
     CompletionRequest r = std::move(body.request);
     if (r.max_tokens < 0) r.max_tokens = opts.n_predict;  // the server's default (-n)
     const bool stream = body.stream, include_usage = body.include_usage;
+    // A reasoning model's thinking, apart from its answer (chat only).
+    const bool split = chat && body.split_reasoning;
+    const bool starts_thinking = body.starts_thinking;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
     std::shared_ptr<Stream> events = engine->submit(std::move(r));
     if (!events)
@@ -139,10 +143,16 @@ struct Server {
         }
         if (e->finish_reason == "error") throw ApiError(500, "server_error", e->error);
         json choice = {{"index", 0}, {"finish_reason", e->finish_reason}};
-        if (chat)
+        if (chat && split) {
+          ThinkingSplitter splitter(starts_thinking);
+          const ThinkingSplitter::Parts parts = splitter.feed(text, true);
+          choice["message"] = {{"role", "assistant"}, {"content", parts.answer}};
+          if (!parts.thinking.empty()) choice["message"]["reasoning_content"] = parts.thinking;
+        } else if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", text}};
-        else
+        } else {
           choice["text"] = text, choice["logprobs"] = nullptr;
+        }
         res.set_content(dump({{"id", oid},
                               {"object", object},
                               {"created", created},
@@ -166,6 +176,7 @@ struct Server {
     };
     res.content_type = "text/event-stream";
     res.set_header("Cache-Control", "no-cache");
+    auto splitter = std::make_shared<ThinkingSplitter>(starts_thinking);
     res.stream = [=, this](ReplyWriter& sink, std::string& detail) {
       // Unless it ends with its last event, the request is cancelled: the slot is freed.
       const auto cut = [&](const std::string& why) {
@@ -174,6 +185,24 @@ struct Server {
         return false;
       };
       const auto write = [&](const std::string& s) { return sink.write(s); };
+      // Text as deltas: the thinking as reasoning_content, the rest as content.
+      const auto send_text = [&](const std::string& piece, bool last) {
+        std::string thinking, answer = piece;
+        if (split) {
+          const ThinkingSplitter::Parts parts = splitter->feed(piece, last);
+          thinking = parts.thinking, answer = parts.answer;
+        }
+        const auto delta = [&](const char* key, const std::string& t) {
+          json choice = {{"index", 0}, {"finish_reason", nullptr}};
+          if (chat)
+            choice["delta"] = {{key, t}};
+          else
+            choice["text"] = t;
+          return write(chunk(choice));
+        };
+        return (thinking.empty() || delta("reasoning_content", thinking)) &&
+               (answer.empty() || delta("content", answer));
+      };
       if (chat && !write(chunk({{"index", 0},
                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
                                 {"finish_reason", nullptr}})))
@@ -187,16 +216,15 @@ struct Server {
         }
         if (!e->done && e->text.empty()) continue;  // a token whose text is held back
         if (!e->done) {
-          json choice = {{"index", 0}, {"finish_reason", nullptr}};
-          if (chat)
-            choice["delta"] = {{"content", e->text}};
-          else
-            choice["text"] = e->text;
-          if (!write(chunk(choice)))
+          if (!send_text(e->text, false))
             return cut((stopping || sink.stopping()) ? "the server is stopping"
                                                      : "the client closed the connection");
           continue;
         }
+        // What the splitter held back (a piece that might have begun a tag).
+        if (!send_text("", true))
+          return cut((stopping || sink.stopping()) ? "the server is stopping"
+                                                   : "the client closed the connection");
         // The engine ends what it runs when the server stops: an "error" event then.
         if (e->finish_reason == "cancelled" ||
             (e->finish_reason == "error" && (stopping || sink.stopping())))

@@ -279,8 +279,23 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
   out.request = read_common(b, tok.n_vocab());
   out.request.grammar = read_grammar(b, body);
   // The rendered text holds the template's control tokens as text: parsed as special tokens.
-  out.request.prompt =
-      chat ? encode_bounded(render_chat(body, setup), tok, n_ctx) : tokenize_prompt(b, tok, n_ctx);
+  if (chat) {
+    const std::string text = render_chat(body, setup);
+    out.request.prompt = encode_bounded(text, tok, n_ctx);
+    const std::string format =
+        b.contains("reasoning_format") && !b["reasoning_format"].is_null()
+            ? (b["reasoning_format"].is_string() ? b["reasoning_format"].get<std::string>()
+                                                 : std::string("?"))
+            : "auto";
+    if (format != "auto" && format != "deepseek" && format != "none")
+      throw invalid("'reasoning_format' must be one of auto, deepseek, none");
+    out.split_reasoning = format != "none";
+    const size_t end = text.find_last_not_of(" \t\r\n");
+    out.starts_thinking =
+        end != std::string::npos && end >= 6 && text.compare(end - 6, 7, "<think>") == 0;
+  } else {
+    out.request.prompt = tokenize_prompt(b, tok, n_ctx);
+  }
   check_fits(out.request, n_ctx);
   out.stream = boolean(b, "stream", false);
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {

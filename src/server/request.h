@@ -44,6 +44,11 @@ struct CompletionBody {
   CompletionRequest request;  // prompt, sampling, length and stop strings
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Chat: the reply's thinking (<think>...</think>) goes to reasoning_content, apart from the
+  // content (reasoning_format auto, the default, or deepseek; "none" leaves it inline), and
+  // whether the rendered prompt already opened the block.
+  bool split_reasoning = false;
+  bool starts_thinking = false;
 };
 
 // How chat requests are rendered: the model's chat template, and the server's default for

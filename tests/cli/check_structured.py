@@ -12,7 +12,8 @@
   stories260K): `response_format` json_schema (plain and streamed: the streamed text is the
   same, and it parses and validates against the schema), json_object (a JSON object), a GBNF
   `grammar` on /v1/completions, `finish_reason` "length" when max_tokens cuts the output, and a
-  400 naming the keyword for a schema it cannot compile.
+  400 naming the keyword for a schema it cannot compile; a <think> block (forced by a grammar)
+  returned as `reasoning_content`, streamed as its own deltas, inline with reasoning_format none.
 
 Exits 77 (skipped) when stories260K is absent.
 """
@@ -192,6 +193,34 @@ def check_server(b, model):
         check(c.choices[0].finish_reason == "length",
               "serve: max_tokens before the schema's end is finish_reason length",
               c.choices[0].finish_reason)
+        # Reasoning: a grammar makes the model write a <think> block; it comes back apart from
+        # the answer (reasoning_content), streamed the same, and inline with reasoning_format none.
+        think = 'root ::= "<think>" [a-z ]{3,30} "</think>" [a-z ]{3,30}'
+        c = client.chat.completions.create(model="x", messages=msgs, max_tokens=100,
+                                           temperature=0.8, seed=6, extra_body={"grammar": think})
+        m = c.choices[0].message
+        reasoning = getattr(m, "reasoning_content", None)
+        check(isinstance(reasoning, str) and re.fullmatch(r"[a-z ]{3,30}", reasoning) and
+              re.fullmatch(r"[a-z ]{3,30}", m.content or "") is not None,
+              "serve: the <think> block is reasoning_content, apart from the content",
+              f"{reasoning!r} / {m.content!r}")
+        parts = {"reasoning_content": "", "content": ""}
+        for ch in client.chat.completions.create(model="x", messages=msgs, max_tokens=100,
+                                                 temperature=0.8, seed=6, stream=True,
+                                                 extra_body={"grammar": think}):
+            if ch.choices:
+                d = ch.choices[0].delta
+                parts["content"] += d.content or ""
+                parts["reasoning_content"] += getattr(d, "reasoning_content", None) or ""
+        check(parts == {"reasoning_content": reasoning, "content": m.content},
+              "serve: reasoning_content streamed as deltas of its own", parts)
+        c = client.chat.completions.create(model="x", messages=msgs, max_tokens=100,
+                                           temperature=0.8, seed=6,
+                                           extra_body={"grammar": think,
+                                                       "reasoning_format": "none"})
+        check(c.choices[0].message.content == f"<think>{reasoning}</think>{m.content}",
+              "serve: reasoning_format none keeps the block in the content",
+              c.choices[0].message.content)
         try:
             client.chat.completions.create(
                 model="x", messages=msgs, max_tokens=3, response_format={

@@ -135,6 +135,10 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
        {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
         R"("response_format": {"type": "text"})", R"("logprobs": false)", R"("top_logprobs": 0)"})
     EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
+  EXPECT_EQ(error_of(tok,
+                     R"({"messages": [{"role": "user", "content": "hi"}], "reasoning_format": 3})",
+                     true),
+            "400 invalid_request_error: 'reasoning_format' must be one of auto, deepseek, none");
   // Constrained decoding: a grammar or a response format; their mistakes are 400s naming them.
   for (const char* field :
        {R"("response_format": {"type": "json_object"})", R"("grammar": "root ::= [a-z]+")",
