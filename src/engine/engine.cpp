@@ -322,11 +322,15 @@ void Engine::sample(Slot& s) {
   Sampler& sampler = *seq.sampler();
   const int32_t id = sampler.sample(s.logits);
   if (id < 0) return finish(s, "stop", "no token of the vocabulary fits the grammar");
+  StreamEvent e;
+  if (s.req.logprobs >= 0 && !tok_->is_eog(id)) {
+    e.has_logprob = true;
+    e.logprob = sampler.logprobs(s.logits, id, s.req.logprobs, e.top_logprobs);
+  }
   sampler.accept(id);
   if (sampler.filter()) sampler.filter()->accept(id);
   if (tok_->is_eog(id) && !s.req.ignore_eos) return finish(s, "stop", "end of text");
   ++s.generated;
-  StreamEvent e;
   e.token = id;
   e.text = s.text->add(tok_->token_to_piece(id, false));
   s.stream->push(std::move(e));

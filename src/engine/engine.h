@@ -42,6 +42,9 @@ struct CompletionRequest {
   int max_tokens = -1;  // -1: until end of text or a full context
   std::vector<std::string> stop;
   bool ignore_eos = false;  // end-of-generation tokens are generated like any other
+  // Log-probabilities with each token (Sampler::logprobs): -1 none; N >= 0, the token's and the
+  // N most likely tokens'.
+  int logprobs = -1;
   // Constrained decoding: only text of this grammar is generated (null: any).
   std::shared_ptr<const grammar::Grammar> grammar;
 };
@@ -51,6 +54,10 @@ struct CompletionRequest {
 struct StreamEvent {
   std::string text;
   int32_t token = -1;  // the generated token (-1 on the final event)
+  // With CompletionRequest::logprobs: the token's log-probability and the most likely ones.
+  bool has_logprob = false;
+  float logprob = 0;
+  std::vector<TokenLogit> top_logprobs;
   bool done = false;
   // The final event: "stop" or "length"; "error" with `error`; "cancelled".
   std::string finish_reason;

@@ -352,6 +352,41 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return found > 0 ? pick(masked_) : -1;
 }
 
+float Sampler::logprobs(std::span<const float> logits, int32_t chosen, int n_top,
+                       std::vector<TokenLogit>& top) {
+  compute_penalized(logits);
+  rank_key_.assign(logits.begin(), logits.end());
+  for (float& v : rank_key_) v = sanitize(v);
+  for (const TokenLogit& p : penalized_) rank_key_[size_t(p.id)] = p.logit;
+  if (filter_)
+    for (int32_t t = 0; t < n_vocab_; ++t)
+      if (rank_key_[size_t(t)] != kNegInf && !filter_->allows(t)) rank_key_[size_t(t)] = kNegInf;
+  float max = kNegInf;
+  for (float v : rank_key_) max = std::max(max, v);
+  double sum = 0;
+  if (max != kNegInf)
+    for (float v : rank_key_) sum += std::exp(double(v) - double(max));
+  const double log_z = max == kNegInf ? 0.0 : double(max) + std::log(sum);
+  const auto lp = [&](int32_t t) {
+    const float v = rank_key_[size_t(t)];
+    return v == kNegInf ? kNegInf : float(double(v) - log_z);
+  };
+  top.clear();
+  const size_t k = std::min<size_t>(size_t(std::max(n_top, 0)), size_t(n_vocab_));
+  if (k > 0) {
+    order_.resize(size_t(n_vocab_));
+    for (int32_t t = 0; t < n_vocab_; ++t) order_[size_t(t)] = t;
+    std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(k), order_.end(),
+                      [&](int32_t a, int32_t b) {
+                        return rank_key_[size_t(a)] > rank_key_[size_t(b)] ||
+                               (rank_key_[size_t(a)] == rank_key_[size_t(b)] && a < b);
+                      });
+    for (size_t i = 0; i < k; ++i)
+      if (rank_key_[size_t(order_[i])] != kNegInf) top.push_back({order_[i], lp(order_[i])});
+  }
+  return chosen >= 0 && chosen < n_vocab_ ? lp(chosen) : kNegInf;
+}
+
 int32_t Sampler::pick(std::span<const float> logits) {
   compute_penalized(logits);
   if (params_.temp <= 0.0f) {

@@ -50,6 +50,12 @@ class Sampler {
   // a filter, a token it refuses is never picked: the draw is made again over the tokens it
   // allows (their logits as they were, every other one -inf); -1 when it allows none.
   int32_t sample(std::span<const float> logits);
+  // Log-probabilities of the distribution the draw came from, before temperature and
+  // truncation: log-softmax of the logits after the penalties, over the tokens the filter
+  // allows (all without one). `chosen`'s, and the n_top most likely (best first, ties to the
+  // lower id). Call before accept() and the filter's accept, with the logits sample() saw.
+  float logprobs(std::span<const float> logits, int32_t chosen, int n_top,
+                 std::vector<TokenLogit>& top);
   // A filter for the tokens sample() may pick (none: any); the caller tells it what was
   // generated (filter()->accept).
   void set_filter(std::unique_ptr<TokenFilter> f) { filter_ = std::move(f); }

@@ -40,6 +40,59 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// One generated token's log-probabilities, as the engine gave them.
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+  std::vector<TokenLogit> top;
+};
+
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (const char c : s) a.push_back(int(uint8_t(c)));
+  return a;
+}
+
+// Chat's form: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+json chat_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string piece = tok.token_to_piece(t.id, false);
+    json alts = json::array();
+    for (const TokenLogit& a : t.top) {
+      const std::string p = tok.token_to_piece(a.id, false);
+      alts.push_back({{"token", p}, {"logprob", a.logit}, {"bytes", bytes_of(p)}});
+    }
+    content.push_back({{"token", piece},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(piece)},
+                       {"top_logprobs", alts}});
+  }
+  return {{"content", content}};
+}
+
+// The legacy completions form: tokens, token_logprobs, top_logprobs (a map per token) and
+// text_offset (from `offset`, the text's length before these tokens).
+json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                         size_t& offset) {
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string piece = tok.token_to_piece(t.id, false);
+    tokens.push_back(piece);
+    values.push_back(t.logprob);
+    json m = json::object();
+    for (const TokenLogit& a : t.top) m[tok.token_to_piece(a.id, false)] = a.logit;
+    tops.push_back(m);
+    offsets.push_back(offset);
+    offset += piece.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
 void send_error(HttpResponse& res, int status, const std::string& type, const std::string& message,
                 const json& extra = json::object()) {
   json e = {{"code", status}, {"message", message}, {"type", type}};
@@ -104,6 +157,7 @@ struct Server {
     const bool stream = body.stream, include_usage = body.include_usage;
     // A reasoning model's thinking, apart from its answer (chat only).
     const bool split = chat && body.split_reasoning;
+    const bool want_logprobs = r.logprobs >= 0;
     const bool starts_thinking = body.starts_thinking;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
     std::shared_ptr<Stream> events = engine->submit(std::move(r));
@@ -115,6 +169,7 @@ struct Server {
     const std::string object = chat ? "chat.completion" : "text_completion";
     if (!stream) {
       std::string text;
+      std::vector<TokenLogprob> lps;
       auto checked = Clock::now();
       for (;;) {
         std::optional<StreamEvent> e = events->pop(std::chrono::milliseconds(200));
@@ -134,6 +189,7 @@ struct Server {
         if (!e) continue;
         if (!e->done) {
           text += e->text;
+          if (e->has_logprob) lps.push_back({e->token, e->logprob, std::move(e->top_logprobs)});
           continue;
         }
         if (e->finish_reason == "cancelled" ||
@@ -152,6 +208,13 @@ struct Server {
           choice["message"] = {{"role", "assistant"}, {"content", text}};
         } else {
           choice["text"] = text, choice["logprobs"] = nullptr;
+        }
+        if (want_logprobs) {
+          size_t offset = 0;
+          choice["logprobs"] =
+              chat ? chat_logprobs(tok(), lps) : completion_logprobs(tok(), lps, offset);
+        } else if (chat) {
+          choice["logprobs"] = nullptr;
         }
         res.set_content(dump({{"id", oid},
                               {"object", object},
@@ -177,6 +240,10 @@ struct Server {
     res.content_type = "text/event-stream";
     res.set_header("Cache-Control", "no-cache");
     auto splitter = std::make_shared<ThinkingSplitter>(starts_thinking);
+    // Log-probabilities of tokens whose text is not sent yet (held back), and the text's length
+    // so far (the legacy form's offsets).
+    auto pending = std::make_shared<std::vector<TokenLogprob>>();
+    auto offset = std::make_shared<size_t>(0);
     res.stream = [=, this](ReplyWriter& sink, std::string& detail) {
       // Unless it ends with its last event, the request is cancelled: the slot is freed.
       const auto cut = [&](const std::string& why) {
@@ -198,8 +265,16 @@ struct Server {
             choice["delta"] = {{key, t}};
           else
             choice["text"] = t;
+          // The log-probabilities go with the first text after their tokens.
+          if (want_logprobs && !pending->empty()) {
+            choice["logprobs"] = chat ? chat_logprobs(tok(), *pending)
+                                      : completion_logprobs(tok(), *pending, *offset);
+            pending->clear();
+          }
           return write(chunk(choice));
         };
+        if (last && thinking.empty() && answer.empty() && !pending->empty())
+          return delta("content", "");
         return (thinking.empty() || delta("reasoning_content", thinking)) &&
                (answer.empty() || delta("content", answer));
       };
@@ -214,6 +289,8 @@ struct Server {
           if (!sink.alive()) return cut("the client closed the connection");
           continue;
         }
+        if (!e->done && e->has_logprob)
+          pending->push_back({e->token, e->logprob, std::move(e->top_logprobs)});
         if (!e->done && e->text.empty()) continue;  // a token whose text is held back
         if (!e->done) {
           if (!send_text(e->text, false))

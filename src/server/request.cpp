@@ -113,10 +113,6 @@ void refuse_unsupported(const json& b) {
   if (given("tool_choice") && b["tool_choice"] != "none")
     throw invalid("'tool_choice' is not supported yet: replies are not parsed into tool calls");
   if (given("functions")) throw invalid("'functions' is not supported yet");
-  if (given("logprobs") && b["logprobs"] != false && b["logprobs"] != 0)
-    throw invalid("'logprobs' is not supported yet");
-  if (given("top_logprobs") && b["top_logprobs"] != 0)
-    throw invalid("'top_logprobs' is not supported yet");
 }
 
 // Constrained decoding: `grammar` (GBNF, as llama-server takes it) or `response_format`
@@ -164,6 +160,32 @@ std::shared_ptr<const grammar::Grammar> read_grammar(const json& b, std::string_
   } catch (const grammar::GrammarError& e) {
     throw invalid(fmt::format("{}: {}", what, e.what()));
   }
+}
+
+// Chat: logprobs (a boolean) and top_logprobs (0 to 20, with logprobs). Completions: logprobs
+// as the legacy API has it, the count of alternatives (0 to 5). -1: none asked for.
+int read_logprobs(const json& b, bool chat) {
+  const auto given = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
+  if (!chat) {
+    if (given("top_logprobs") && b["top_logprobs"] != 0)
+      throw invalid("'top_logprobs' is for chat; completions take 'logprobs' N");
+    if (!given("logprobs")) return -1;
+    if (b["logprobs"].is_boolean()) return b["logprobs"].get<bool>() ? 0 : -1;
+    if (!b["logprobs"].is_number_integer() || b["logprobs"].get<int64_t>() < 0 ||
+        b["logprobs"].get<int64_t>() > 5)
+      throw invalid("'logprobs' must be an integer in [0, 5] on completions");
+    return b["logprobs"].get<int>();
+  }
+  if (given("logprobs") && !b["logprobs"].is_boolean())
+    throw invalid("'logprobs' must be a boolean on chat completions");
+  const bool on = given("logprobs") && b["logprobs"].get<bool>();
+  if (!given("top_logprobs")) return on ? 0 : -1;
+  if (!b["top_logprobs"].is_number_integer() || b["top_logprobs"].get<int64_t>() < 0 ||
+      b["top_logprobs"].get<int64_t>() > 20)
+    throw invalid("'top_logprobs' must be an integer in [0, 20]");
+  const int n = b["top_logprobs"].get<int>();
+  if (!on && n > 0) throw invalid("'top_logprobs' needs 'logprobs': true");
+  return on ? n : -1;
 }
 
 void check_fits(const CompletionRequest& r, int n_ctx) {
@@ -278,6 +300,7 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
   CompletionBody out;
   out.request = read_common(b, tok.n_vocab());
   out.request.grammar = read_grammar(b, body);
+  out.request.logprobs = read_logprobs(b, chat);
   // The rendered text holds the template's control tokens as text: parsed as special tokens.
   if (chat) {
     const std::string text = render_chat(body, setup);

@@ -15,8 +15,8 @@
    about, GPU flags on a CPU-only run as notes, the CPU's share in a split.
 5. bench's ratio against its first row.
 6. quantize: llama.cpp's names, --allow-requantize, the polystack: prefix.
-7. serve: a port in use said before the model loads; tools and logprobs
-   refused by name; /metrics counting what usage reports; a stream cut short by shutdown.
+7. serve: a port in use said before the model loads; tools refused by name, logprobs out of
+   range too; /metrics counting what usage reports; a stream cut short by shutdown.
 8. Ctrl-C during run: the text ends with a newline, the timing line says so, exit 130.
 
 Models: ../shared's stories260K (--model), and the default chat model (SmolLM2, from the PyPI
@@ -489,7 +489,6 @@ def check_serve(b, model):
                                   {"POLYSTACK_TEST_STEP_DELAY_MS": "5"})
         try:
             for field, value in (("tools", [{"type": "function", "function": {"name": "f"}}]),
-                                 ("logprobs", True), ("top_logprobs", 3),
                                  ("tool_choice", "auto")):
                 status, body = request(port, "POST", "/v1/chat/completions",
                                        {"messages": [{"role": "user", "content": "hi"}],
@@ -498,8 +497,9 @@ def check_serve(b, model):
                 check(status == 400 and msg.startswith(f"'{field}' is not supported yet"),
                       f"a request with {field}: 400 naming it", body)
             status, body = request(port, "POST", "/v1/completions",
-                                   {"prompt": "Once", "logprobs": 2, "max_tokens": 2})
-            check(status == 400 and "'logprobs'" in str(body), "completions with logprobs: 400")
+                                   {"prompt": "Once", "logprobs": 7, "max_tokens": 2})
+            check(status == 400 and "'logprobs'" in str(body),
+                  "completions with logprobs out of range: 400 naming it", body)
             status, body = request(port, "POST", "/v1/chat/completions",
                                    {"messages": [{"role": "user", "content": "hi"}],
                                     "response_format": {"type": "text"}, "logprobs": False,

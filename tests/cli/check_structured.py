@@ -13,13 +13,16 @@
   same, and it parses and validates against the schema), json_object (a JSON object), a GBNF
   `grammar` on /v1/completions, `finish_reason` "length" when max_tokens cuts the output, and a
   400 naming the keyword for a schema it cannot compile; a <think> block (forced by a grammar)
-  returned as `reasoning_content`, streamed as its own deltas, inline with reasoning_format none.
+  returned as `reasoning_content`, streamed as its own deltas, inline with reasoning_format none;
+  logprobs on chat (top_logprobs, bytes, streamed the same) and on completions (the legacy form),
+  also under a grammar.
 
 Exits 77 (skipped) when stories260K is absent.
 """
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -221,6 +224,48 @@ def check_server(b, model):
         check(c.choices[0].message.content == f"<think>{reasoning}</think>{m.content}",
               "serve: reasoning_format none keeps the block in the content",
               c.choices[0].message.content)
+        # Log-probabilities: greedy picks the most likely token, the alternatives are ranked,
+        # their probabilities sum to at most 1, the streamed entries are the same, the legacy
+        # completions form has one entry per token with the text's offsets; under a grammar
+        # only tokens it allows appear.
+        c = client.chat.completions.create(model="x", messages=msgs, max_tokens=12,
+                                           temperature=0, logprobs=True, top_logprobs=5)
+        entries = c.choices[0].logprobs.content
+        ok = len(entries) == c.usage.completion_tokens and all(
+            e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6
+            and all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:]))
+            and sum(math.exp(a.logprob) for a in e.top_logprobs) <= 1.0001
+            and bytes(e.bytes).decode("utf-8", "replace") == e.token
+            for e in entries) and "".join(e.token for e in entries) == c.choices[0].message.content
+        check(ok, "serve: chat logprobs (greedy: the best token, ranked alternatives, bytes)",
+              [(e.token, e.logprob) for e in entries][:4])
+        streamed = []
+        for ch in client.chat.completions.create(model="x", messages=msgs, max_tokens=12,
+                                                 temperature=0, logprobs=True, top_logprobs=5,
+                                                 stream=True):
+            if ch.choices and ch.choices[0].logprobs:
+                streamed += [(e.token, round(e.logprob, 5)) for e in ch.choices[0].logprobs.content]
+        check(streamed == [(e.token, round(e.logprob, 5)) for e in entries],
+              "serve: streamed logprobs are the same entries", streamed[:4])
+        c = client.completions.create(model="x", prompt="Once upon a time", max_tokens=6,
+                                      temperature=0, logprobs=3)
+        lp = c.choices[0].logprobs
+        check(len(lp.tokens) == 6 and "".join(lp.tokens) == c.choices[0].text and
+              lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)] and
+              all(len(t) == 3 and max(t.values()) == v for t, v in
+                  zip(lp.top_logprobs, lp.token_logprobs)),
+              "serve: completions logprobs in the legacy form", lp)
+        c = client.completions.create(model="x", prompt="The answer is", max_tokens=40,
+                                      temperature=0.9, seed=5, logprobs=5,
+                                      extra_body={"grammar": GRAMMAR})
+        lp = c.choices[0].logprobs
+        # The first token's alternatives can only begin the grammar's fixed "Answer: ".
+        first = lp.top_logprobs[0] if lp.top_logprobs else {}
+        allowed = bool(first) and all("Answer: ".startswith(k) or k.startswith("Answer: ")
+                                      for k in first)
+        check(all(v <= 0 for v in lp.token_logprobs) and
+              all(sum(math.exp(x) for x in t.values()) <= 1.0001 for t in lp.top_logprobs) and
+              allowed, "serve: logprobs under a grammar: only tokens it allows", lp.top_logprobs[:2])
         try:
             client.chat.completions.create(
                 model="x", messages=msgs, max_tokens=3, response_format={

@@ -611,6 +611,47 @@ TEST(SamplerFilter, TopKCountsOnlyAllowedTokens) {
   EXPECT_EQ(seen.count(402), 0u);
 }
 
+TEST(SamplerLogprobs, LogSoftmaxAfterPenaltiesOverAllowedTokens) {
+  const std::vector<float> logits = random_logits(300, 11, 2.0f);
+  SamplerParams p;
+  p.repeat_penalty = 1.3f, p.presence_penalty = 0.4f, p.temp = 0.7f;
+  for (const bool filtered : {false, true}) {
+    Sampler s(p, 300);
+    for (int32_t t : {5, 9, 9, 42}) s.accept(t);
+    std::set<int32_t> ok;
+    for (int32_t t = 0; t < 300; t += filtered ? 3 : 1) ok.insert(t);
+    if (filtered) s.set_filter(std::make_unique<SetFilter>(ok));
+    // The reference: penalties by hand, then log-softmax in double over the allowed tokens.
+    std::vector<double> v(300, -INFINITY);
+    for (int32_t t : ok) {
+      double x = logits[size_t(t)];
+      if (t == 5 || t == 9 || t == 42) {
+        x = x <= 0 ? x * 1.3 : x / 1.3;
+        x -= 0.4;
+      }
+      v[size_t(t)] = x;
+    }
+    double m = -INFINITY, z = 0;
+    for (double x : v) m = std::max(m, x);
+    for (double x : v) z += std::exp(x - m);
+    std::vector<TokenLogit> top;
+    const float lp9 = s.logprobs(logits, 9, 5, top);
+    EXPECT_NEAR(lp9, v[9] - m - std::log(z), 1e-4);
+    ASSERT_EQ(top.size(), 5u);
+    for (size_t i = 0; i < top.size(); ++i) {
+      EXPECT_NEAR(top[i].logit, v[size_t(top[i].id)] - m - std::log(z), 1e-4);
+      EXPECT_TRUE(ok.count(top[i].id));
+      if (i) {
+        EXPECT_GE(top[i - 1].logit, top[i].logit);
+      }
+    }
+    int32_t best = *ok.begin();
+    for (int32_t t : ok)
+      if (v[size_t(t)] > v[size_t(best)]) best = t;
+    EXPECT_EQ(top[0].id, best);
+  }
+}
+
 TEST(SamplerFilter, NoAllowedTokenIsMinusOne) {
   const std::vector<float> logits = random_logits(50, 3);
   SamplerParams p;

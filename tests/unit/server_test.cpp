@@ -125,8 +125,7 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
             "user, assistant, tool or function)");
   // Fields whose meaning is not given yet are refused by name, whatever their shape.
   for (const char* field :
-       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")", R"("logprobs": true)",
-        R"("logprobs": 3)", R"("top_logprobs": 2)", R"("functions": [])"}) {
+       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")", R"("functions": [])"}) {
     const std::string e = error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field));
     EXPECT_EQ(e.rfind("400 invalid_request_error: '", 0), 0u) << field << ": " << e;
     EXPECT_NE(e.find("is not supported yet"), std::string::npos) << field << ": " << e;
@@ -135,10 +134,27 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
        {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
         R"("response_format": {"type": "text"})", R"("logprobs": false)", R"("top_logprobs": 0)"})
     EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
-  EXPECT_EQ(error_of(tok,
-                     R"({"messages": [{"role": "user", "content": "hi"}], "reasoning_format": 3})",
-                     true),
-            "400 invalid_request_error: 'reasoning_format' must be one of auto, deepseek, none");
+  EXPECT_EQ(
+      error_of(tok, R"({"messages": [{"role": "user", "content": "hi"}], "reasoning_format": 3})",
+               true),
+      "400 invalid_request_error: 'reasoning_format' must be one of auto, deepseek, none");
+  // Log-probabilities: the legacy count on completions, a boolean and top_logprobs on chat.
+  for (const char* field : {R"("logprobs": 3)", R"("logprobs": true)", R"("logprobs": 0)"})
+    EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
+  EXPECT_EQ(error_of(tok, R"({"prompt": "a", "logprobs": 6})"),
+            "400 invalid_request_error: 'logprobs' must be an integer in [0, 5] on completions");
+  EXPECT_EQ(error_of(tok, R"({"prompt": "a", "top_logprobs": 2})"),
+            "400 invalid_request_error: 'top_logprobs' is for chat; completions take 'logprobs' "
+            "N");
+  const std::string hi = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(error_of(tok, fmt::format(R"({{{}, "logprobs": true, "top_logprobs": 20}})", hi), true),
+            "");
+  EXPECT_EQ(error_of(tok, fmt::format(R"({{{}, "logprobs": 2}})", hi), true),
+            "400 invalid_request_error: 'logprobs' must be a boolean on chat completions");
+  EXPECT_EQ(error_of(tok, fmt::format(R"({{{}, "logprobs": true, "top_logprobs": 21}})", hi), true),
+            "400 invalid_request_error: 'top_logprobs' must be an integer in [0, 20]");
+  EXPECT_EQ(error_of(tok, fmt::format(R"({{{}, "top_logprobs": 3}})", hi), true),
+            "400 invalid_request_error: 'top_logprobs' needs 'logprobs': true");
   // Constrained decoding: a grammar or a response format; their mistakes are 400s naming them.
   for (const char* field :
        {R"("response_format": {"type": "json_object"})", R"("grammar": "root ::= [a-z]+")",
