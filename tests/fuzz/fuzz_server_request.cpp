@@ -5,7 +5,9 @@
 // ApiError is the normal outcome of a bad body. From 0xF0 up the input is raw bytes off a
 // connection for the transport's request parser (server/transport.h), fed in pieces whose size
 // the second byte sets, request after request as pipelining gives them; a status is the normal
-// outcome of a bad request. Any other exception, a crash, a sanitizer report, a hang or a
+// outcome of a bad request. From 0xE0 to 0xEF the rest is a model's reply read for tool calls in
+// the syntax the byte picks (engine/tool_calls.h); a reply whose calls do not parse must come back
+// whole. Any other exception, a crash, a sanitizer report, a hang or a
 // broken invariant (bytes used beyond those given, a body over the limit) is a finding.
 #include <fmt/format.h>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "engine/model_context.h"
+#include "engine/tool_calls.h"
 #include "gguf/gguf.h"
 #include "gguf_builder.h"
 #include "server/request.h"
@@ -119,6 +122,15 @@ void parse_connection(std::string_view bytes, size_t step) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  if (data[0] >= 0xE0 && data[0] < 0xF0) {  // a reply's tool calls, in one of the syntaxes
+    const auto format = static_cast<ps::ToolFormat>((data[0] - 0xE0) % 9);
+    const std::string_view reply(reinterpret_cast<const char*>(data) + 1, size - 1);
+    const ps::ToolReply r = ps::parse_tool_calls(format, reply);
+    if (!r.parsed && (r.content != reply || !r.calls.empty())) std::abort();
+    for (const ps::ToolCall& c : r.calls)
+      if (c.name.empty() || c.arguments.empty() || c.arguments[0] != '{') std::abort();
+    return 0;
+  }
   if (data[0] >= 0xF0) {
     if (size < 2) return 0;
     parse_connection(std::string_view(reinterpret_cast<const char*>(data) + 2, size - 2),

@@ -176,6 +176,11 @@ def server_request_seeds() -> list:
         b"OPTIONS * HTTP/1.0\r\nConnection: keep-alive\r\nOrigin: https://a.example\r\n\r\n",
     ]
     out += [b"\xf0" + bytes([step]) + c for c in connections for step in (0, 6)]
+    # Replies with tool calls (0xE0 + the syntax: hermes 1, llama3 3, mistral 4, deepseek 6).
+    out += [b"\xe1<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": [1]}}\n</tool_call>",
+            b"\xe3<|python_tag|>s.call(q=\"x\", n=2)",
+            b"\xe4[TOOL_CALLS]add[CALL_ID]x1[ARGS]{\"a\": 1}",
+            b"\xe6" + "<\uff5ctool\u2581call\u2581begin\uff5c>f<\uff5ctool\u2581sep\uff5c>{}".encode()]
     return out
 
 
