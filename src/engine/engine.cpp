@@ -245,6 +245,13 @@ void Engine::admit() {
   }
 }
 
+void Engine::show_tokens(const std::vector<int32_t>& ids) {
+  shown_.assign(size_t(tok_->n_vocab()), false);
+  for (const int32_t id : ids)
+    if (id >= 0 && id < tok_->n_vocab()) shown_[size_t(id)] = true;
+  pieces_.reset();
+}
+
 void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   s.busy = true;
   s.kept = std::move(kept);
@@ -253,7 +260,7 @@ void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   Sequence& seq = *s.kept.seq;
   seq.set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
   if (s.req.grammar) {
-    if (!pieces_) pieces_ = grammar::VocabPieces::of(*tok_);
+    if (!pieces_) pieces_ = grammar::VocabPieces::of(*tok_, shown_);
     seq.sampler()->set_filter(std::make_unique<grammar::GrammarFilter>(s.req.grammar, pieces_));
   }
   s.text = std::make_unique<TextStream>(s.req.stop);
@@ -332,7 +339,7 @@ void Engine::sample(Slot& s) {
   if (tok_->is_eog(id) && !s.req.ignore_eos) return finish(s, "stop", "end of text");
   ++s.generated;
   e.token = id;
-  e.text = s.text->add(tok_->token_to_piece(id, false));
+  e.text = s.text->add(tok_->token_to_piece(id, !shown_.empty() && shown_[size_t(id)]));
   s.stream->push(std::move(e));
   if (s.text->stopped()) return finish(s, "stop", "stop string");
   if (seq.position() >= ctx_->n_ctx()) return finish(s, "length", "context full");

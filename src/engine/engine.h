@@ -117,6 +117,10 @@ class Engine {
   // Ends the request within one step; its reader gets a final "cancelled" event.
   void cancel(const std::shared_ptr<Stream>& stream);
   int n_ctx() const { return ctx_->n_ctx(); }
+  // Control tokens whose text is part of the replies (a chat format's tool-call marks, which
+  // are read out of the text), and which grammars may therefore ask for. Call before the first
+  // submit.
+  void show_tokens(const std::vector<int32_t>& ids);
   // The context's warm-up before the first request (ModelContext::warm_up).
   double warm_up_seconds() const { return warm_up_seconds_; }
   EngineStats stats() const;
@@ -185,6 +189,7 @@ class Engine {
   const Tokenizer* tok_;
   // The vocabulary's pieces for grammar filters, made at the first request with a grammar.
   std::shared_ptr<const grammar::VocabPieces> pieces_;
+  std::vector<bool> shown_;  // show_tokens: by id (empty: none)
   int max_queue_;
   // A test hook (POLYSTACK_TEST_STEP_DELAY_MS): a pause after each step, so that tests can
   // act while a request is still generating.

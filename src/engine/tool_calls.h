@@ -4,6 +4,7 @@
 // a name and JSON arguments. Pure functions of the text, so each syntax is tested on recorded
 // replies, malformed and cut ones included: a reply whose calls do not parse is returned whole
 // as content, never an error.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,5 +43,38 @@ struct ToolReply {
 // object {"tool_calls": [{"name", "arguments"}, ...]} or {"tool_call": {...}}, or
 // {"response": "..."} for an answer in words.
 ToolReply parse_tool_calls(ToolFormat f, std::string_view text);
+
+// ---- the other way: tools offered, calls asked for ------------------------------------------
+
+// A function the client offers (OpenAI's tools[i].function).
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  nlohmann::ordered_json parameters;  // a JSON Schema of the arguments object
+};
+
+// Where calls may begin in a reply of this format, so that text is held back from a stream
+// from the first of them on: `markers` anywhere, and `at_start` replies that are calls as a
+// whole (a JSON object first; `everything`: the reply is read as a whole, never streamed).
+struct ToolOpeners {
+  std::vector<std::string> markers;
+  bool json_at_start = false;
+  bool everything = false;
+};
+ToolOpeners tool_call_openers(ToolFormat f);
+
+// The texts of the format's marks that a vocabulary may hold as single tokens (control tokens
+// among them must be shown in replies for the calls to be read).
+std::vector<std::string> tool_call_marks(ToolFormat f);
+
+// GBNF whose sentences are replies that only call tools, in the format's syntax: one call of
+// one of `tools` (`parallel`: one or more, in formats that can hold several), each call's
+// arguments an instance of its function's parameters. GrammarError (naming the tool) for a
+// schema the compiler does not support.
+std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, bool parallel);
+
+// For templates without a tool syntax: the system text that lists the tools and teaches the
+// generic JSON form.
+std::string generic_tool_prompt(const std::vector<ToolSpec>& tools, bool parallel);
 
 }  // namespace ps

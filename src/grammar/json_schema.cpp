@@ -773,7 +773,9 @@ std::vector<std::string> non_negative(uint64_t lo, std::optional<uint64_t> hi) {
       alts.push_back(a.size() == b.size() - 2
                          ? fmt::format("[1-9] {}", digits(a.size()))
                          : fmt::format("[1-9] [0-9]{{{},{}}}", a.size(), b.size() - 2));
-    alts.push_back(same_length("1" + std::string(b.size() - 1, '0'), b));
+    std::string power(b.size(), '0');  // 10^(digits of b - 1)
+    power[0] = '1';
+    alts.push_back(same_length(power, b));
   } else {
     // No bound: longer numerals up to kMaxDigits digits.
     alts.push_back(same_length(a, std::string(a.size(), '9')));
@@ -789,32 +791,38 @@ std::vector<std::string> non_negative(uint64_t lo, std::optional<uint64_t> hi) {
 
 class Compiler {
  public:
-  explicit Compiler(const ojson& root) : root_(root) {}
-
-  std::string run() {
-    names_.insert("root");
-    order_.push_back("root");
-    refs_["#"] = "root";
-    bodies_["root"] = body(root_, "", "root");
-    return text();
+  // A rule named `name` (not taken yet) for the instances of `schema`, whose references
+  // resolve in `schema`.
+  // `doc`: the document that holds `schema`, where its references resolve (null: itself).
+  void add(const ojson& schema, const std::string& name, const ojson* doc = nullptr) {
+    root_ = doc ? doc : &schema;
+    refs_.clear();
+    names_.insert(name);
+    order_.push_back(name);
+    if (root_ == &schema) refs_["#"] = name;
+    bodies_[name] = body(schema, "", name);
+    root_ = nullptr;
   }
 
-  // A grammar whose root is one primitive.
-  std::string only(const std::string& name) {
-    names_.insert("root");
-    order_.push_back("root");
-    bodies_["root"] = prim(name);
-    return text();
+  // A rule named `name` for one primitive (object, value, string, ...).
+  void add_primitive(const std::string& name, const std::string& primitive) {
+    names_.insert(name);
+    order_.push_back(name);
+    bodies_[name] = prim(primitive);
   }
 
- private:
-  std::string text() {
+  // A name no rule of the compiler's has or will have.
+  std::string reserve(const std::string& hint) { return unique_name(hint); }
+
+  std::string text() const {
     std::string out;
-    for (const std::string& n : order_) out += n + " ::= " + bodies_[n] + "\n";
+    for (const std::string& n : order_) out += n + " ::= " + bodies_.at(n) + "\n";
     for (const Primitive& p : primitives())
       if (used_.count(p.name)) out += std::string(p.name) + " ::= " + p.body + "\n";
     return out;
   }
+
+ private:
 
   std::string prim(const std::string& name) {
     if (used_.insert(name).second)
@@ -1078,7 +1086,7 @@ class Compiler {
                        ref, where(ptr)));
     try {
       const ojson::json_pointer jp(pointer);
-      if (root_.contains(jp)) return {&root_.at(jp), pointer};
+      if (root_->contains(jp)) return {&root_->at(jp), pointer};
     } catch (const nlohmann::json::exception&) {
     }
     fail(fmt::format("'$ref' '{}' at {} does not resolve", ref, where(ptr)));
@@ -1693,7 +1701,7 @@ class Compiler {
     return seq(seq("\"[\" space", list(0)), "\"]\"");
   }
 
-  const ojson& root_;
+  const ojson* root_ = nullptr;  // the schema being added
   std::vector<std::string> order_;
   std::map<std::string, std::string> bodies_;
   std::map<std::string, std::string> by_body_;
@@ -1705,15 +1713,43 @@ class Compiler {
 }  // namespace
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return Compiler(schema).run();
+  Compiler c;
+  c.add(schema, "root");
+  return c.text();
 }
 
 std::string json_schema_to_gbnf(const nlohmann::json& schema) {
   return json_schema_to_gbnf(nlohmann::ordered_json(schema));
 }
 
-std::string json_object_gbnf() { return Compiler(ojson::object()).only("object"); }
+std::string json_object_gbnf() {
+  Compiler c;
+  c.add_primitive("root", "object");
+  return c.text();
+}
 
-std::string json_value_gbnf() { return Compiler(ojson::object()).only("value"); }
+std::string json_value_gbnf() {
+  Compiler c;
+  c.add_primitive("root", "value");
+  return c.text();
+}
+
+struct SchemaRules::Impl {
+  Compiler c;
+};
+
+SchemaRules::SchemaRules() : impl_(std::make_unique<Impl>()) {}
+SchemaRules::~SchemaRules() = default;
+
+std::string SchemaRules::add(const nlohmann::ordered_json& schema, const std::string& hint,
+                             const nlohmann::ordered_json* doc) {
+  const std::string name = impl_->c.reserve(hint);
+  impl_->c.add(schema, name, doc);
+  return name;
+}
+
+std::string SchemaRules::reserve(const std::string& hint) { return impl_->c.reserve(hint); }
+
+std::string SchemaRules::gbnf() const { return impl_->c.text(); }
 
 }  // namespace ps::grammar

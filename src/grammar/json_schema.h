@@ -43,6 +43,7 @@
 // digits and 3 exponent digits, and times at most 9 fraction digits (a narrower language than
 // the schema's, never a wider one); strings are unbounded unless the schema bounds them.
 // Counts (lengths, items) above 10000 are refused (the GBNF limit).
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -58,5 +59,27 @@ std::string json_schema_to_gbnf(const nlohmann::json& schema);
 // Any JSON object (response_format json_object), and any JSON value.
 std::string json_object_gbnf();
 std::string json_value_gbnf();
+
+// Several schemas in one grammar, each one's instances a rule of its own, for grammars of text
+// that holds JSON values among other syntax (a tool call's arguments in a model's call syntax):
+// the caller adds its own rules, with names from reserve(), to gbnf()'s text.
+class SchemaRules {
+ public:
+  SchemaRules();
+  ~SchemaRules();
+  // The name of a new rule for the instances of `schema`, whose $refs resolve within `doc`
+  // (the document that holds it; null: the schema itself); GrammarError as
+  // json_schema_to_gbnf.
+  std::string add(const nlohmann::ordered_json& schema, const std::string& hint,
+                  const nlohmann::ordered_json* doc = nullptr);
+  // A name for a rule of the caller's, which no other rule has.
+  std::string reserve(const std::string& hint);
+  // The rules added so far and those they use.
+  std::string gbnf() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace ps::grammar

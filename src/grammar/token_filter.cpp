@@ -4,12 +4,13 @@
 
 namespace ps::grammar {
 
-std::shared_ptr<const VocabPieces> VocabPieces::of(const Tokenizer& tok) {
+std::shared_ptr<const VocabPieces> VocabPieces::of(const Tokenizer& tok,
+                                                   const std::vector<bool>& shown) {
   auto v = std::make_shared<VocabPieces>();
   v->pieces.resize(size_t(tok.n_vocab()));
   v->end.resize(size_t(tok.n_vocab()));
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    v->pieces[size_t(id)] = tok.token_to_piece(id, false);
+    v->pieces[size_t(id)] = tok.token_to_piece(id, !shown.empty() && shown[size_t(id)]);
     v->end[size_t(id)] = tok.is_eog(id);
   }
   return v;

@@ -1,6 +1,7 @@
 #pragma once
 // A grammar as the sampler's token filter: a token is allowed when its piece can continue the
 // text in the grammar, an end-of-generation token when the text is complete.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,9 +17,11 @@ namespace ps::grammar {
 
 // The pieces of a vocabulary, computed once per model and shared by every filter.
 struct VocabPieces {
-  std::vector<std::string> pieces;  // token_to_piece(id, false)
+  std::vector<std::string> pieces;  // token_to_piece(id, shown[id])
   std::vector<bool> end;            // end-of-generation tokens
-  static std::shared_ptr<const VocabPieces> of(const Tokenizer& tok);
+  // `shown`: by id, control tokens whose text replies hold (empty: none).
+  static std::shared_ptr<const VocabPieces> of(const Tokenizer& tok,
+                                               const std::vector<bool>& shown = {});
 };
 
 class GrammarFilter : public TokenFilter {

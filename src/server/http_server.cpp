@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "engine/chat_setup.h"
 #include "engine/engine.h"
-#include "engine/thinking.h"
+#include "engine/reply_reader.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/browser_policy.h"
@@ -93,6 +93,28 @@ json completion_logprobs(const Tokenizer& tok, const std::vector<TokenLogprob>& 
           {"text_offset", offsets}};
 }
 
+// An id for a call whose syntax gave none: "call_" and 24 letters and digits, as OpenAI's.
+std::string call_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  constexpr std::string_view kChars =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % kChars.size()];
+  return id;
+}
+
+// message.tool_calls; each call's id is filled in where the model gave none.
+json tool_calls_json(std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (ToolCall& c : calls) {
+    if (c.id.empty()) c.id = call_id();
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
 void send_error(HttpResponse& res, int status, const std::string& type, const std::string& message,
                 const json& extra = json::object()) {
   json e = {{"code", status}, {"message", message}, {"type", type}};
@@ -155,10 +177,10 @@ struct Server {
     CompletionRequest r = std::move(body.request);
     if (r.max_tokens < 0) r.max_tokens = opts.n_predict;  // the server's default (-n)
     const bool stream = body.stream, include_usage = body.include_usage;
-    // A reasoning model's thinking, apart from its answer (chat only).
-    const bool split = chat && body.split_reasoning;
+    // A reasoning model's thinking and its tool calls, apart from its answer (chat only).
+    const ReplyReader::Options read_as{body.split_reasoning, body.starts_thinking,
+                                       body.tools.active(), this->chat.tool_format};
     const bool want_logprobs = r.logprobs >= 0;
-    const bool starts_thinking = body.starts_thinking;
     const std::string prompt_text = opts.verbose ? tok().decode(r.prompt) : "";
     std::shared_ptr<Stream> events = engine->submit(std::move(r));
     if (!events)
@@ -199,13 +221,17 @@ struct Server {
         }
         if (e->finish_reason == "error") throw ApiError(500, "server_error", e->error);
         json choice = {{"index", 0}, {"finish_reason", e->finish_reason}};
-        if (chat && split) {
-          ThinkingSplitter splitter(starts_thinking);
-          const ThinkingSplitter::Parts parts = splitter.feed(text, true);
-          choice["message"] = {{"role", "assistant"}, {"content", parts.answer}};
-          if (!parts.thinking.empty()) choice["message"]["reasoning_content"] = parts.thinking;
-        } else if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", text}};
+        if (chat) {
+          ReplyReader::Parts parts = ReplyReader(read_as).feed(text, true);
+          json m = {{"role", "assistant"}, {"content", parts.content}};
+          if (!parts.reasoning.empty()) m["reasoning_content"] = parts.reasoning;
+          if (!parts.calls.empty()) {
+            if (parts.content.find_first_not_of(" \t\r\n") == std::string::npos)
+              m["content"] = nullptr;
+            m["tool_calls"] = tool_calls_json(parts.calls);
+            choice["finish_reason"] = "tool_calls";
+          }
+          choice["message"] = std::move(m);
         } else {
           choice["text"] = text, choice["logprobs"] = nullptr;
         }
@@ -239,7 +265,8 @@ struct Server {
     };
     res.content_type = "text/event-stream";
     res.set_header("Cache-Control", "no-cache");
-    auto splitter = std::make_shared<ThinkingSplitter>(starts_thinking);
+    auto reader = std::make_shared<ReplyReader>(read_as);
+    auto called = std::make_shared<bool>(false);  // the reply's tool calls went out
     // Log-probabilities of tokens whose text is not sent yet (held back), and the text's length
     // so far (the legacy form's offsets).
     auto pending = std::make_shared<std::vector<TokenLogprob>>();
@@ -252,14 +279,17 @@ struct Server {
         return false;
       };
       const auto write = [&](const std::string& s) { return sink.write(s); };
-      // Text as deltas: the thinking as reasoning_content, the rest as content.
+      // Text as deltas: the thinking as reasoning_content, the rest as content; the tool
+      // calls, once the reply has ended, each as its head (id, name) then its arguments.
       const auto send_text = [&](const std::string& piece, bool last) {
         std::string thinking, answer = piece;
-        if (split) {
-          const ThinkingSplitter::Parts parts = splitter->feed(piece, last);
-          thinking = parts.thinking, answer = parts.answer;
+        std::vector<ToolCall> calls;
+        if (chat) {
+          ReplyReader::Parts parts = reader->feed(piece, last);
+          thinking = std::move(parts.reasoning), answer = std::move(parts.content);
+          calls = std::move(parts.calls);
         }
-        const auto delta = [&](const char* key, const std::string& t) {
+        const auto delta = [&](const char* key, const json& t) {
           json choice = {{"index", 0}, {"finish_reason", nullptr}};
           if (chat)
             choice["delta"] = {{key, t}};
@@ -273,10 +303,25 @@ struct Server {
           }
           return write(chunk(choice));
         };
-        if (last && thinking.empty() && answer.empty() && !pending->empty())
+        if (last && thinking.empty() && answer.empty() && calls.empty() && !pending->empty())
           return delta("content", "");
-        return (thinking.empty() || delta("reasoning_content", thinking)) &&
-               (answer.empty() || delta("content", answer));
+        if (!(thinking.empty() || delta("reasoning_content", thinking)) ||
+            !(answer.empty() || delta("content", answer)))
+          return false;
+        json all = tool_calls_json(calls);
+        for (size_t i = 0; i < all.size(); ++i) {
+          json head = all[i];
+          head["index"] = i;
+          head["function"]["arguments"] = "";
+          if (!delta("tool_calls", json::array({head})) ||
+              !delta(
+                  "tool_calls",
+                  json::array({{{"index", i},
+                                {"function", {{"arguments", all[i]["function"]["arguments"]}}}}})))
+            return false;
+        }
+        if (!calls.empty()) *called = true;
+        return true;
       };
       if (chat && !write(chunk({{"index", 0},
                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -313,7 +358,7 @@ struct Server {
               dump({{"error", {{"code", 500}, {"message", e->error}, {"type", "server_error"}}}}) +
               "\n\n");
         }
-        json last = {{"index", 0}, {"finish_reason", e->finish_reason}};
+        json last = {{"index", 0}, {"finish_reason", *called ? "tool_calls" : e->finish_reason}};
         if (chat)
           last["delta"] = json::object();
         else
@@ -617,16 +662,29 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     s.model_id =
         opts.alias.empty() ? std::filesystem::path(model_path).filename().string() : opts.alias;
     s.chat_template = model_chat_template(*s.model, opts.chat_template);
-    s.chat = {s.chat_template.get(), opts.enable_thinking};
+    s.chat = {s.chat_template.get(), opts.enable_thinking,
+              detect_tool_format(s.chat_template->choice().source)};
+    // The marks of its tool calls that the vocabulary holds as control tokens are part of the
+    // replies' text, so that calls can be read (and forced by the grammar).
+    std::vector<int32_t> marks;
+    for (const std::string& m : tool_call_marks(s.chat.tool_format))
+      if (const int32_t id = s.tok().find_token(m);
+          id >= 0 && s.tok().token_to_piece(id, false).empty())
+        marks.push_back(id);
     s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
+    s.engine->show_tokens(marks);
     if (opts.on_loaded) opts.on_loaded(s.engine->context());
     fmt::print(stderr,
                "polystack: {} slots over one KV pool of {} cells ({} MiB; up to {} per request), "
                "model id '{}'\n",
                opts.n_slots, s.engine->context().kv_pool().total_cells(),
                s.engine->context().kv_cache_bytes() >> 20, s.engine->n_ctx(), s.model_id);
-    fmt::print(stderr, "polystack: chat template: {}\n",
-               describe_chat_template(*s.chat_template, opts.enable_thinking));
+    fmt::print(stderr, "polystack: chat template: {}; tool calls read as {}{}\n",
+               describe_chat_template(*s.chat_template, opts.enable_thinking),
+               tool_format_name(s.chat.tool_format),
+               s.chat.tool_format == ToolFormat::none
+                   ? " (the template has no tool syntax: a system message teaches it)"
+                   : "");
   } catch (...) {
     http.stop();
     throw;

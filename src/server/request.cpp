@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <type_traits>
 
@@ -104,21 +105,107 @@ CompletionRequest read_common(const json& b, int32_t n_vocab) {
   return r;
 }
 
-// Fields of OpenAI's API whose meaning polystack does not give yet: a request that relies on
-// them is refused, naming the field, rather than answered as if they were absent.
+// The legacy form of tools, which OpenAI's API replaced with `tools`: refused, naming it.
 void refuse_unsupported(const json& b) {
+  for (const char* key : {"functions", "function_call"})
+    if (b.contains(key) && !b[key].is_null())
+      throw invalid(
+          fmt::format("'{}' is the deprecated form of tools: send 'tools' and "
+                      "'tool_choice'",
+                      key));
+}
+
+using ojson = nlohmann::ordered_json;
+
+// tools, tool_choice, parallel_tool_calls. Read from the body parsed keeping key order, so
+// that parameters' properties are asked for (and printed) in the order given.
+ToolUse read_tools(const ojson& b) {
   const auto given = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
-  if (given("tools") && !(b["tools"].is_array() && b["tools"].empty()))
-    throw invalid("'tools' is not supported yet: replies are not parsed into tool calls");
-  if (given("tool_choice") && b["tool_choice"] != "none")
-    throw invalid("'tool_choice' is not supported yet: replies are not parsed into tool calls");
-  if (given("functions")) throw invalid("'functions' is not supported yet");
+  ToolUse u;
+  if (given("tools")) {
+    if (!b["tools"].is_array()) throw invalid("'tools' must be an array");
+    if (b["tools"].size() > 128) throw invalid("'tools' holds at most 128 tools");
+    for (size_t i = 0; i < b["tools"].size(); ++i) {
+      const ojson& t = b["tools"][i];
+      const std::string where = fmt::format("tools[{}]", i);
+      if (!t.is_object() || !t.contains("type") || !t["type"].is_string())
+        throw invalid(where + " must be an object with a 'type'");
+      if (t["type"] != "function")
+        throw invalid(fmt::format("{}: type '{}' is not supported (function only)", where,
+                                  t["type"].get<std::string>()));
+      if (!t.contains("function") || !t["function"].is_object())
+        throw invalid(where + ": 'function' must be an object");
+      const ojson& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string())
+        throw invalid(where + ".function.name must be a string");
+      ToolSpec spec;
+      spec.name = f["name"].get<std::string>();
+      // OpenAI's rule for names: what every family's call syntax can carry.
+      if (spec.name.empty() || spec.name.size() > 64 ||
+          !std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
+            return std::isalnum(uint8_t(c)) || c == '_' || c == '-' || c == '.';
+          }))
+        throw invalid(
+            fmt::format("{}.function.name '{}' must be 1 to 64 letters, digits, '_', '-' or '.'",
+                        where, spec.name));
+      for (const ToolSpec& other : u.tools)
+        if (other.name == spec.name)
+          throw invalid(fmt::format("{}: a second tool named '{}'", where, spec.name));
+      if (f.contains("description") && !f["description"].is_null()) {
+        if (!f["description"].is_string())
+          throw invalid(where + ".function.description must be a string");
+        spec.description = f["description"].get<std::string>();
+      }
+      if (f.contains("parameters") && !f["parameters"].is_null()) {
+        if (!f["parameters"].is_object())
+          throw invalid(where + ".function.parameters must be an object (a JSON Schema)");
+        spec.parameters = f["parameters"];
+      }
+      u.tools.push_back(std::move(spec));
+    }
+  }
+  if (given("tool_choice")) {
+    const ojson& c = b["tool_choice"];
+    std::string name;
+    if (c == "none") {
+      u.choice = ToolUse::Choice::none;
+    } else if (c == "auto") {
+      u.choice = ToolUse::Choice::automatic;
+    } else if (c == "required") {
+      u.choice = ToolUse::Choice::required;
+    } else if (c.is_object() && c.contains("type") && c["type"] == "function" &&
+               c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string()) {
+      u.choice = ToolUse::Choice::named;
+      name = c["function"]["name"].get<std::string>();
+    } else {
+      throw invalid(
+          "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+          "\"function\", \"function\": {\"name\": NAME}}");
+    }
+    if ((u.choice == ToolUse::Choice::required || u.choice == ToolUse::Choice::named) &&
+        u.tools.empty())
+      throw invalid("'tool_choice' asks for a call but 'tools' offers none");
+    if (u.choice == ToolUse::Choice::named) {
+      const auto it = std::find_if(u.tools.begin(), u.tools.end(),
+                                   [&](const ToolSpec& t) { return t.name == name; });
+      if (it == u.tools.end())
+        throw invalid(fmt::format("'tool_choice' names '{}', which is not in 'tools'", name));
+      u.tools = {*it};
+    }
+  }
+  if (given("parallel_tool_calls")) {
+    if (!b["parallel_tool_calls"].is_boolean())
+      throw invalid("'parallel_tool_calls' must be a boolean");
+    u.parallel = b["parallel_tool_calls"].get<bool>();
+  }
+  return u;
 }
 
 // Constrained decoding: `grammar` (GBNF, as llama-server takes it) or `response_format`
 // (OpenAI's: text, json_object, json_schema with its schema; llama-server's json_object with a
 // `schema`). Null: the reply is free text.
-std::shared_ptr<const grammar::Grammar> read_grammar(const json& b, std::string_view body) {
+std::shared_ptr<const grammar::Grammar> read_grammar(const json& b, const ojson& ob) {
   const auto given = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
   std::string gbnf, what;
   if (given("grammar")) {
@@ -132,8 +219,8 @@ std::shared_ptr<const grammar::Grammar> read_grammar(const json& b, std::string_
     const std::string type = f["type"].get<std::string>();
     if (type != "text" && !gbnf.empty())
       throw invalid("give 'grammar' or 'response_format', not both");
-    // The schema parsed again keeping its key order: properties come out in the order given.
-    const auto ordered = [&] { return nlohmann::ordered_json::parse(body)["response_format"]; };
+    // The schema as sent, in its key order: properties come out in the order given.
+    const auto ordered = [&]() -> const ojson& { return ob["response_format"]; };
     try {
       if (type == "json_object") {
         gbnf = f.contains("schema") && !f["schema"].is_null()
@@ -235,14 +322,64 @@ std::vector<int32_t> tokenize_prompt(const json& b, const Tokenizer& tok, int n_
 
 }  // namespace
 
-std::string render_chat(std::string_view body, const ChatSetup& chat) {
-  using ojson = nlohmann::ordered_json;
-  // Parsed again keeping key order: templates print tools and arguments in the order sent.
-  const ojson b = ojson::parse(body, nullptr, false);
-  if (b.is_discarded()) throw invalid("the request body is not valid JSON");
-  if (!b.is_object()) throw invalid("the request body must be a JSON object");
+namespace {
+
+// A call's arguments as the templates take them: an object (OpenAI sends them as JSON text).
+ojson arguments_object(const ojson& a) {
+  if (a.is_string()) {
+    ojson j = ojson::parse(a.get<std::string>(), nullptr, false);
+    if (!j.is_discarded() && j.is_object()) return j;
+  }
+  return a;
+}
+
+// An assistant message's tool_calls, checked, their arguments made objects.
+ojson read_tool_calls(const ojson& calls, const std::string& where) {
+  if (!calls.is_array()) throw invalid(where + ".tool_calls must be an array");
+  ojson out = calls;
+  for (size_t j = 0; j < out.size(); ++j) {
+    ojson& c = out[j];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string())
+      throw invalid(
+          fmt::format("{}.tool_calls[{}] must be an object with function.name", where, j));
+    if (c["function"].contains("arguments"))
+      c["function"]["arguments"] = arguments_object(c["function"]["arguments"]);
+    else
+      c["function"]["arguments"] = ojson::object();
+  }
+  return out;
+}
+
+// The generic form's history: calls written as the JSON the model is asked for, results as a
+// user message, for templates that have no place for either.
+void write_generic(ojson& m) {
+  if (m["role"] == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    ojson calls = ojson::array();
+    for (const ojson& c : m["tool_calls"])
+      calls.push_back({{"name", c["function"]["name"]}, {"arguments", c["function"]["arguments"]}});
+    m["content"] = ojson({{"tool_calls", calls}}).dump();
+    m.erase("tool_calls");
+  } else if (m["role"] == "tool" || m["role"] == "function") {
+    ojson response = ojson::object();
+    for (const char* key : {"tool_call_id", "name"})
+      if (m.contains(key) && m[key].is_string()) response[key] = m[key];
+    response["content"] = m.contains("content") ? m["content"] : ojson("");
+    m = {{"role", "user"}, {"content", ojson({{"tool_response", response}}).dump()}};
+  }
+}
+
+struct Rendered {
+  std::string text;
+  ToolUse tools;
+};
+
+Rendered render(const ojson& b, const ChatSetup& chat) {
   if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
     throw invalid("'messages' must be a non-empty array");
+  Rendered out;
+  out.tools = read_tools(b);
+  const bool generic = chat.tool_format == ToolFormat::none;
   ojson vars = ojson::object();
   ojson messages = ojson::array();
   for (size_t i = 0; i < b["messages"].size(); ++i) {
@@ -260,10 +397,22 @@ std::string render_chat(std::string_view body, const ChatSetup& chat) {
     if (role == "developer") m["role"] = "system";
     if (m.contains("content") && !m["content"].is_null())
       m["content"] = content_text(json(m["content"]), where + ".content");
+    if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
+      m["tool_calls"] = read_tool_calls(m["tool_calls"], where);
+    if (generic) write_generic(m);
     messages.push_back(std::move(m));
   }
+  if (generic && out.tools.active()) {
+    const std::string prompt = generic_tool_prompt(out.tools.tools, out.tools.parallel);
+    if (messages[0]["role"] == "system" && messages[0].contains("content") &&
+        messages[0]["content"].is_string())
+      messages[0]["content"] = messages[0]["content"].get<std::string>() + "\n\n" + prompt;
+    else
+      messages.insert(messages.begin(), ojson{{"role", "system"}, {"content", prompt}});
+  }
   vars["messages"] = std::move(messages);
-  // As transformers' apply_chat_template: tools and documents are None when not sent.
+  // As transformers' apply_chat_template: tools and documents are None when not sent (tools
+  // also with tool_choice "none", so that the model is not led to call them).
   for (const char* key : {"tools", "documents"}) {
     vars[key] = nullptr;
     if (b.contains(key) && !b[key].is_null()) {
@@ -271,6 +420,7 @@ std::string render_chat(std::string_view body, const ChatSetup& chat) {
       vars[key] = b[key];
     }
   }
+  if (!out.tools.active()) vars["tools"] = nullptr;
   if (chat.enable_thinking) vars["enable_thinking"] = *chat.enable_thinking;
   if (b.contains("chat_template_kwargs") && !b["chat_template_kwargs"].is_null()) {
     const ojson& kw = b["chat_template_kwargs"];
@@ -284,27 +434,45 @@ std::string render_chat(std::string_view body, const ChatSetup& chat) {
   vars["add_generation_prompt"] = true;
   if (!chat.tmpl) throw ApiError(500, "server_error", "the server has no chat template");
   try {
-    return chat.tmpl->render(std::move(vars));
+    out.text = chat.tmpl->render(std::move(vars));
   } catch (const TemplateError& e) {
     throw invalid(
         e.raised()
             ? fmt::format("the chat template refused the conversation: {}", e.message())
             : fmt::format("the chat template failed on this conversation: {}", jinja::describe(e)));
   }
+  return out;
+}
+
+ojson parse_ordered(std::string_view body) {
+  // Parsed keeping key order: templates print tools and arguments in the order sent, schemas'
+  // properties are asked for in it.
+  ojson b = ojson::parse(body, nullptr, false);
+  if (b.is_discarded()) throw invalid("the request body is not valid JSON");
+  if (!b.is_object()) throw invalid("the request body must be a JSON object");
+  return b;
+}
+
+}  // namespace
+
+std::string render_chat(std::string_view body, const ChatSetup& chat) {
+  return render(parse_ordered(body), chat).text;
 }
 
 CompletionBody parse_completion(std::string_view body, bool chat, const Tokenizer& tok,
                                 const ChatSetup& setup, int n_ctx) {
   const json b = parse_body(body);
+  const ojson ob = parse_ordered(body);
   refuse_unsupported(b);
   CompletionBody out;
   out.request = read_common(b, tok.n_vocab());
-  out.request.grammar = read_grammar(b, body);
+  out.request.grammar = read_grammar(b, ob);
   out.request.logprobs = read_logprobs(b, chat);
   // The rendered text holds the template's control tokens as text: parsed as special tokens.
   if (chat) {
-    const std::string text = render_chat(body, setup);
-    out.request.prompt = encode_bounded(text, tok, n_ctx);
+    Rendered r = render(ob, setup);
+    out.tools = std::move(r.tools);
+    const std::string& text = r.text;
     const std::string format =
         b.contains("reasoning_format") && !b["reasoning_format"].is_null()
             ? (b["reasoning_format"].is_string() ? b["reasoning_format"].get<std::string>()
@@ -316,7 +484,29 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
     const size_t end = text.find_last_not_of(" \t\r\n");
     out.starts_thinking =
         end != std::string::npos && end >= 6 && text.compare(end - 6, 7, "<think>") == 0;
+    // A call asked for: the reply is one, in the template's syntax, by the grammar.
+    if (out.tools.choice == ToolUse::Choice::required ||
+        out.tools.choice == ToolUse::Choice::named) {
+      if (out.request.grammar)
+        throw invalid(
+            "'tool_choice' asks for a call, which a grammar makes the reply: give no "
+            "'grammar' or 'response_format' beside it");
+      try {
+        out.request.grammar = std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(
+            tool_call_grammar(setup.tool_format, out.tools.tools, out.tools.parallel)));
+      } catch (const grammar::GrammarError& e) {
+        throw invalid(fmt::format("'tools': {}", e.what()));
+      }
+    }
+    out.request.prompt = encode_bounded(text, tok, n_ctx);
   } else {
+    // Tools are for chat: a completion that offers some, or asks for a call, is refused.
+    const ToolUse u = read_tools(ob);
+    if (!u.tools.empty() || u.choice == ToolUse::Choice::required ||
+        u.choice == ToolUse::Choice::named)
+      throw invalid("tool calls are for /v1/chat/completions: its template shows the model the "
+                    "tools");
+    if (b.contains("messages")) throw invalid("'messages' is for /v1/chat/completions");
     out.request.prompt = tokenize_prompt(b, tok, n_ctx);
   }
   check_fits(out.request, n_ctx);

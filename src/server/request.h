@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/tool_calls.h"
 #include "template/chat_template.h"
 
 namespace ps {
@@ -40,6 +41,17 @@ nlohmann::json parse_body(std::string_view text);
 // An optional boolean field: absent or null gives `dflt`.
 bool boolean(const nlohmann::json& b, const char* key, bool dflt);
 
+// A chat request's tools: those offered (OpenAI's `tools`), whether and how the reply may call
+// them (`tool_choice`), and whether it may call several (`parallel_tool_calls`).
+struct ToolUse {
+  enum class Choice { none, automatic, required, named };
+  std::vector<ToolSpec> tools;
+  Choice choice = Choice::automatic;
+  bool parallel = true;
+  // Whether the reply is read for calls: tools offered and not refused.
+  bool active() const { return !tools.empty() && choice != Choice::none; }
+};
+
 struct CompletionBody {
   CompletionRequest request;  // prompt, sampling, length and stop strings
   bool stream = false;
@@ -49,19 +61,26 @@ struct CompletionBody {
   // whether the rendered prompt already opened the block.
   bool split_reasoning = false;
   bool starts_thinking = false;
+  ToolUse tools;  // chat: the tools offered (a call forced by the request's grammar)
 };
 
 // How chat requests are rendered: the model's chat template, and the server's default for
 // templates that take enable_thinking (--reasoning; unset: the template's own default).
+// The syntax of tool calls the template teaches (ToolFormat::none: the generic JSON form,
+// taught by a system message the server adds).
 struct ChatSetup {
   const jinja::ChatTemplate* tmpl = nullptr;
   std::optional<bool> enable_thinking;
+  ToolFormat tool_format = ToolFormat::none;
 };
 
 // A chat body's prompt text: its messages (roles and text content checked; text parts joined,
 // "developer" read as "system"), tools, and chat_template_kwargs (enable_thinking and any other
 // variable the template reads) rendered with the template. A template that raises, or fails
-// on the request's data, is a 400 naming the template's message.
+// on the request's data, is a 400 naming the template's message. Tools (checked as
+// read_tools does) are left out with tool_choice "none"; the arguments of earlier calls reach
+// the template as objects. With the generic form, a system message lists the tools, and
+// earlier calls and their results are written as that form's JSON.
 std::string render_chat(std::string_view body, const ChatSetup& chat);
 
 // The body of POST /v1/completions (chat false) or /v1/chat/completions (chat true: rendered

@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "engine/model_context.h"
@@ -48,9 +50,11 @@ TEST(ServerChat, MessagesToolsAndKwargsReachTheTemplate) {
   jinja::ChatTemplate own({src, "test", "a test template"}, "<s>", "</s>", true);
   ChatSetup setup{&own, false};
   EXPECT_EQ(render_chat(R"({"messages": [{"role": "user", "content": "x"}],
-                            "tools": [{"z": 1, "a": 2}]})",
+                            "tools": [{"type": "function", "function": {"name": "f",
+                                       "parameters": {"z": 1, "a": 2}}}]})",
                         setup),
-            R"([{"z": 1, "a": 2}]|False|none|1)");  // the leading BOS text is stripped
+            R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}])"
+            "|False|none|2");  // the leading BOS text is stripped; a system message teaches tools
   EXPECT_EQ(render_chat(R"({"messages": [{"role": "user", "content": "x"}],
                             "chat_template_kwargs": {"enable_thinking": true, "flavour": "mint"}})",
                         setup),
@@ -59,6 +63,7 @@ TEST(ServerChat, MessagesToolsAndKwargsReachTheTemplate) {
 
 TEST(ServerChat, TemplateFailuresAreClientErrorsNamingTheTemplatesMessage) {
   Chat gemma("gemma");
+  gemma.setup.tool_format = ToolFormat::hermes;  // tool results are not rewritten as user turns
   try {
     render_chat(R"({"messages": [{"role": "tool", "content": "x"}]})", gemma.setup);
     FAIL() << "a role gemma has no turn for rendered";
@@ -89,10 +94,11 @@ TEST(ServerChat, TemplateFailuresAreClientErrorsNamingTheTemplatesMessage) {
 }
 
 // The status, type and message of the error a body gives ("" when it parses).
-std::string error_of(const Tokenizer& tok, std::string_view body, bool chat = false) {
+std::string error_of(const Tokenizer& tok, std::string_view body, bool chat = false,
+                     int n_ctx = 64) {
   Chat chatml("chatml");
   try {
-    parse_completion(body, chat, tok, chatml.setup, 64);
+    parse_completion(body, chat, tok, chatml.setup, n_ctx);
   } catch (const ApiError& e) {
     return fmt::format("{} {}: {}", e.status, e.type, e.what());
   }
@@ -123,16 +129,17 @@ TEST(ServerRequest, FieldsAreCheckedAndNamed) {
   EXPECT_EQ(error_of(tok, R"({"messages": [{"role": "wizard", "content": "hi"}]})", true),
             "400 invalid_request_error: messages[0]: unknown role 'wizard' (system, developer, "
             "user, assistant, tool or function)");
-  // Fields whose meaning is not given yet are refused by name, whatever their shape.
-  for (const char* field :
-       {R"("tools": [{"type": "function"}])", R"("tool_choice": "auto")", R"("functions": [])"}) {
-    const std::string e = error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field));
-    EXPECT_EQ(e.rfind("400 invalid_request_error: '", 0), 0u) << field << ": " << e;
-    EXPECT_NE(e.find("is not supported yet"), std::string::npos) << field << ": " << e;
-  }
-  for (const char* field :
-       {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
-        R"("response_format": {"type": "text"})", R"("logprobs": false)", R"("top_logprobs": 0)"})
+  // Tools on completions, and the legacy functions, are refused by name.
+  const char* tool = R"({"type": "function", "function": {"name": "f"}})";
+  EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", "tools": [{}]}})", tool)),
+            "400 invalid_request_error: tool calls are for /v1/chat/completions: its template "
+            "shows the model the tools");
+  EXPECT_EQ(error_of(tok, R"({"prompt": "a", "functions": []})"),
+            "400 invalid_request_error: 'functions' is the deprecated form of tools: send "
+            "'tools' and 'tool_choice'");
+  for (const char* field : {R"("tools": [])", R"("tool_choice": "none")", R"("tools": null)",
+                            R"("tool_choice": "auto")", R"("response_format": {"type": "text"})",
+                            R"("logprobs": false)", R"("top_logprobs": 0)"})
     EXPECT_EQ(error_of(tok, fmt::format(R"({{"prompt": "a", {}}})", field)), "") << field;
   EXPECT_EQ(
       error_of(tok, R"({"messages": [{"role": "user", "content": "hi"}], "reasoning_format": 3})",
@@ -217,6 +224,138 @@ TEST(ServerRequest, ValidBodiesGiveTheEngineRequest) {
   EXPECT_EQ(parse_detokenize(R"({"tokens": [1, 2]})", tok), (std::vector<int32_t>{1, 2}));
   EXPECT_THROW(parse_detokenize(R"({"tokens": [-1]})", tok), ApiError);
   EXPECT_THROW(parse_tokenize(R"({"content": 1})", tok), ApiError);
+}
+
+// A chat body with `extra` fields beside one user message.
+std::string chat_body(const std::string& extra) {
+  return R"({"messages": [{"role": "user", "content": "weather?"}], )" + extra + "}";
+}
+
+const char* kTools = R"("tools": [{"type": "function", "function": {"name": "get_weather",
+    "description": "d", "parameters": {"type": "object", "properties": {"city": {"type":
+    "string"}}, "required": ["city"]}}}, {"type": "function", "function": {"name": "now"}}])";
+
+TEST(ServerTools, FieldsAreCheckedAndNamed) {
+  auto m = stories();
+  if (!m) GTEST_SKIP() << "stories260K not found in ../shared/models";
+  const Tokenizer& tok = *m->tokenizer;
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"("tools": {})", "'tools' must be an array"},
+           {R"("tools": [{"type": "retrieval"}])",
+            "tools[0]: type 'retrieval' is not supported (function only)"},
+           {R"("tools": [{"type": "function"}])", "tools[0]: 'function' must be an object"},
+           {R"("tools": [{"type": "function", "function": {"name": "a b"}}])",
+            "tools[0].function.name 'a b' must be 1 to 64 letters, digits, '_', '-' or '.'"},
+           {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])",
+            "tools[0].function.parameters must be an object (a JSON Schema)"},
+           {R"("tools": [{"type": "function", "function": {"name": "f"}},
+                         {"type": "function", "function": {"name": "f"}}])",
+            "tools[1]: a second tool named 'f'"},
+           {R"("tool_choice": "required")",
+            "'tool_choice' asks for a call but 'tools' offers none"},
+           {std::string(kTools) + R"(, "tool_choice": "always")", "'tool_choice' must be \"none\""},
+           {std::string(kTools) +
+                R"(, "tool_choice": {"type": "function", "function": {"name": "set_weather"}})",
+            "'tool_choice' names 'set_weather', which is not in 'tools'"},
+           {std::string(kTools) + R"(, "parallel_tool_calls": "yes")",
+            "'parallel_tool_calls' must be a boolean"},
+           {std::string(kTools) +
+                R"(, "tool_choice": "required", "response_format": {"type": "json_object"})",
+            "'tool_choice' asks for a call, which a grammar makes the reply"},
+           {R"("tools": [{"type": "function", "function": {"name": "f", "parameters":
+                {"type": "object", "properties": {"x": {"not": {}}}}}}], "tool_choice": "required")",
+            "'tools': tool 'f': its parameters: json_schema: 'not' at /properties/x is not "
+            "supported"},
+       }) {
+    const std::string e = error_of(tok, chat_body(extra), true, 1 << 16);
+    EXPECT_EQ(e.rfind("400 invalid_request_error: " + want, 0), 0u) << extra << ": " << e;
+  }
+  EXPECT_EQ(
+      error_of(tok, chat_body(std::string(kTools) + R"(, "tool_choice": "auto")"), true, 1 << 16),
+      "");
+}
+
+TEST(ServerTools, ChoiceSetsTheGrammarAndWhatTheTemplateSees) {
+  auto m = stories();
+  if (!m) GTEST_SKIP() << "stories260K not found in ../shared/models";
+  const Tokenizer& tok = *m->tokenizer;
+  const char* src = "{{ tools | tojson if tools else 'none' }}|{{ messages | length }}";
+  jinja::ChatTemplate own({src, "test", "a test template"}, "", "", false);
+  ChatSetup setup{&own, std::nullopt, ToolFormat::hermes};
+  CompletionBody b = parse_completion(chat_body(kTools), true, tok, setup, 1 << 16);
+  EXPECT_TRUE(b.tools.active());
+  EXPECT_EQ(b.tools.tools.size(), 2u);
+  EXPECT_FALSE(b.request.grammar) << "auto: the model chooses";
+  EXPECT_EQ(tok.decode(b.request.prompt).rfind(R"([{"type": "function", "function)", 0), 0u);
+  b = parse_completion(chat_body(std::string(kTools) + R"(, "tool_choice": "none")"), true, tok,
+                       setup, 1 << 16);
+  EXPECT_FALSE(b.tools.active());
+  EXPECT_EQ(tok.decode(b.request.prompt), "none|1") << "tool_choice none: no tools shown";
+  b = parse_completion(chat_body(std::string(kTools) + R"(, "tool_choice": "required")"), true, tok,
+                       setup, 1 << 16);
+  ASSERT_TRUE(b.request.grammar);
+  b = parse_completion(
+      chat_body(std::string(kTools) +
+                R"(, "tool_choice": {"type": "function", "function": {"name": "now"}},
+                    "parallel_tool_calls": false)"),
+      true, tok, setup, 1 << 16);
+  ASSERT_TRUE(b.request.grammar);
+  ASSERT_EQ(b.tools.tools.size(), 1u);
+  EXPECT_EQ(b.tools.tools[0].name, "now");
+  EXPECT_FALSE(b.tools.parallel);
+}
+
+// A conversation with a call and its result, as OpenAI's clients send it.
+const char* kHistory = R"({"messages": [
+    {"role": "user", "content": "weather in Oslo?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+     "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"}], )";
+
+TEST(ServerTools, GenericFormHistoryAndSystemMessage) {
+  Chat chatml("chatml");  // no tool syntax: the generic form
+  const std::string text = render_chat(std::string(kHistory) + kTools + "}", chatml.setup);
+  EXPECT_EQ(text.rfind("<|im_start|>system\nYou can call these tools", 0), 0u) << text;
+  EXPECT_NE(text.find(R"({"name":"get_weather","description":"d","parameters":{"type":"object")"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<|im_start|>assistant\n{\"tool_calls\":[{\"name\":\"get_weather\","
+                      "\"arguments\":{\"city\":\"Oslo\"}}]}<|im_end|>"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<|im_start|>user\n{\"tool_response\":{\"tool_call_id\":\"call_1\","
+                      "\"content\":\"-3 C\"}}<|im_end|>"),
+            std::string::npos)
+      << text;
+  // A system message of the client's own gets the tools after its text.
+  const std::string with_system = render_chat(
+      R"({"messages": [{"role": "system", "content": "Be brief."},
+                       {"role": "user", "content": "hi"}], )" +
+          std::string(kTools) + "}",
+      chatml.setup);
+  EXPECT_EQ(with_system.rfind("<|im_start|>system\nBe brief.\n\nYou can call these tools", 0), 0u)
+      << with_system;
+}
+
+TEST(ServerTools, TemplatesGetArgumentsAsObjects) {
+  const std::filesystem::path p =
+      std::filesystem::path(POLYSTACK_SHARED_DIR) / "chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja";
+  if (!std::filesystem::exists(p)) GTEST_SKIP() << "no " << p;
+  std::ifstream in(p);
+  std::stringstream src;
+  src << in.rdbuf();
+  jinja::ChatTemplate qwen({src.str(), "qwen", "Qwen2.5"}, "", "<|im_end|>", false);
+  ChatSetup setup{&qwen, std::nullopt, detect_tool_format(src.str())};
+  ASSERT_EQ(setup.tool_format, ToolFormat::hermes);
+  const std::string text = render_chat(std::string(kHistory) + kTools + "}", setup);
+  // The call as the template writes it (arguments an object, not a string in a string), and
+  // the result in its tool_response block.
+  EXPECT_NE(text.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                      "\"Oslo\"}}\n</tool_call>"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<tool_response>\n-3 C\n</tool_response>"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"name\": \"get_weather\""), std::string::npos) << "the tools are listed";
 }
 
 TEST(ServerRequest, DamagedBodiesOnlyEverGiveApiErrors) {
