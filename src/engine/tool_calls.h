@@ -68,8 +68,8 @@ ToolOpeners tool_call_openers(ToolFormat f);
 std::vector<std::string> tool_call_marks(ToolFormat f);
 
 // GBNF whose sentences are replies that only call tools, in the format's syntax: one call of
-// one of `tools` (`parallel`: one or more, in formats that can hold several), each call's
-// arguments an instance of its function's parameters. GrammarError (naming the tool) for a
+// one of `tools` (`parallel`: one to as many as there are tools, in formats that can hold
+// several), each call's arguments an instance of its function's parameters. GrammarError (naming the tool) for a
 // schema the compiler does not support.
 std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, bool parallel);
 

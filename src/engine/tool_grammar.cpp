@@ -76,9 +76,12 @@ class CallGrammar {
     return rule("call", alts);
   }
 
-  // `first` then, with `parallel`, more items each led by `sep`.
-  static std::string some(const std::string& item, const std::string& sep, bool parallel) {
-    return parallel ? fmt::format("{} ( {} {} )*", item, sep, item) : item;
+  // `item`, then with `parallel` up to one more per tool offered, each led by `sep`: a small
+  // model asked for calls otherwise repeats them until its token limit.
+  std::string some(const std::string& item, const std::string& sep, bool parallel) const {
+    return parallel && tools_.size() > 1
+               ? fmt::format("{} ( {} {} ){{0,{}}}", item, sep, item, tools_.size() - 1)
+               : item;
   }
 
   std::string text(const std::string& root_body) {
@@ -142,7 +145,7 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
         return json_call(name(i), args, "name", "arguments");
       });
-      return g.text(lit("{\"tool_calls\": [") + " " + CallGrammar::some(call, lit(", "), parallel) +
+      return g.text(lit("{\"tool_calls\": [") + " " + g.some(call, lit(", "), parallel) +
                     " " + lit("]}"));
     }
     case ToolFormat::hermes: {
@@ -150,19 +153,19 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
         return lit("<tool_call>\n") + " " + json_call(name(i), args, "name", "arguments") + " " +
                lit("\n</tool_call>");
       });
-      return g.text(CallGrammar::some(call, lit("\n"), parallel));
+      return g.text(g.some(call, lit("\n"), parallel));
     }
     case ToolFormat::qwen3_coder: {
       std::string alts;
       for (size_t i = 0; i < tools.size(); ++i)
         alts += (i ? " | " : "") + g.rule(name(i) + "-call", qwen3_coder_call(g, i));
-      return g.text(CallGrammar::some(g.rule("call", alts), lit("\n"), parallel));
+      return g.text(g.some(g.rule("call", alts), lit("\n"), parallel));
     }
     case ToolFormat::llama3: {
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
         return json_call(name(i), args, "name", "parameters");
       });
-      return g.text(CallGrammar::some(call, lit("; "), parallel));
+      return g.text(g.some(call, lit("; "), parallel));
     }
     case ToolFormat::mistral: {
       // Both forms the templates teach: a JSON list, or NAME[ARGS]{...} after each mark.
@@ -174,9 +177,9 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
         named += (i ? " | " : "") + lit(name(i) + "[ARGS]") + " " +
                  g.property(parameters_of(tools[i]), name(i) + "-args", parameters_of(tools[i]));
       const std::string list =
-          lit("[") + " " + CallGrammar::some(call, lit(", "), parallel) + " " + lit("]");
+          lit("[") + " " + g.some(call, lit(", "), parallel) + " " + lit("]");
       const std::string args_form =
-          CallGrammar::some(g.rule("named-call", named), lit("[TOOL_CALLS]"), parallel);
+          g.some(g.rule("named-call", named), lit("[TOOL_CALLS]"), parallel);
       return g.text(lit("[TOOL_CALLS]") + " ( " + list + " | " + args_form + " )");
     }
     case ToolFormat::gpt_oss: {  // one call per message: the message ends with the call
@@ -197,14 +200,14 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
                lit("<｜tool▁call▁end｜>") + " )";
       });
       return g.text(lit("<｜tool▁calls▁begin｜>") + " " +
-                    CallGrammar::some(call, lit("\n"), parallel) + " " +
+                    g.some(call, lit("\n"), parallel) + " " +
                     lit("<｜tool▁calls▁end｜>"));
     }
     case ToolFormat::granite: {
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
         return json_call(name(i), args, "name", "arguments");
       });
-      return g.text(lit("<|tool_call|>[") + " " + CallGrammar::some(call, lit(", "), parallel) +
+      return g.text(lit("<|tool_call|>[") + " " + g.some(call, lit(", "), parallel) +
                     " " + lit("]"));
     }
     case ToolFormat::command_r7b: {
@@ -213,7 +216,7 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
                lit("\", \"tool_name\": \"" + name(i) + "\", \"parameters\": ") + " " + args + " " +
                lit("}");
       });
-      return g.text(lit("<|START_ACTION|>[") + " " + CallGrammar::some(call, lit(", "), parallel) +
+      return g.text(lit("<|START_ACTION|>[") + " " + g.some(call, lit(", "), parallel) +
                     " " + lit("]<|END_ACTION|>"));
     }
   }

@@ -81,3 +81,15 @@ class Server:
             self.on_fail(f"serve did not stop within {timeout} s of SIGTERM")
             return -1, self.proc.stderr.read()
         return rc, self.proc.stderr.read()
+
+
+problems = []
+
+
+def check(ok, what, detail=""):
+    """Prints ok or FAIL; failures are kept in `problems`."""
+    if ok:
+        print("ok:", what)
+    else:
+        print("FAIL:", what, detail)
+        problems.append(what)

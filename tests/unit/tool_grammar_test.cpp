@@ -136,6 +136,14 @@ TEST(ToolGrammar, EachFamilysCallIsASentenceAndReadsBack) {
   }
 }
 
+TEST(ToolGrammar, ParallelCallsUpToOnePerTool) {
+  const std::string call =
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 20}}\n</tool_call>";
+  const std::string g = tool_call_grammar(ToolFormat::hermes, tools(), true);
+  EXPECT_TRUE(sentence(g, call + "\n" + call)) << "the same tool twice";
+  EXPECT_FALSE(sentence(g, call + "\n" + call + "\n" + call)) << "two tools: two calls at most";
+}
+
 TEST(ToolGrammar, NamedFunctionOnly) {
   const std::vector<ToolSpec> all = tools();
   const std::string g = tool_call_grammar(ToolFormat::hermes, {all[1]}, false);
