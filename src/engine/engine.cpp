@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/thinking.h"
 #include "grammar/token_filter.h"
 #include "tokenizer/tokenizer.h"
 
@@ -259,10 +260,13 @@ void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   s.stream = std::move(w.stream);
   Sequence& seq = *s.kept.seq;
   seq.set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
-  if (s.req.grammar) {
+  if (s.req.grammar || s.req.thinking_budget >= 0)
     if (!pieces_) pieces_ = grammar::VocabPieces::of(*tok_, shown_);
+  if (s.req.grammar)
     seq.sampler()->set_filter(std::make_unique<grammar::GrammarFilter>(s.req.grammar, pieces_));
-  }
+  else if (s.req.thinking_budget >= 0)
+    seq.sampler()->set_filter(
+        std::make_unique<ThinkingBudget>(pieces_, s.req.thinking_budget, s.req.starts_thinking));
   s.text = std::make_unique<TextStream>(s.req.stop);
   s.generated = 0;
   s.decode_steps = 0;

@@ -47,6 +47,10 @@ struct CompletionRequest {
   int logprobs = -1;
   // Constrained decoding: only text of this grammar is generated (null: any).
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Without a grammar: tokens a <think> block may take before "</think>" is made to follow
+  // (ThinkingBudget; -1: no bound); starts_thinking: the prompt opened the block.
+  int thinking_budget = -1;
+  bool starts_thinking = false;
 };
 
 // What the engine says about one request, in order: one event per generated token (its id and

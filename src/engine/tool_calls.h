@@ -69,8 +69,8 @@ std::vector<std::string> tool_call_marks(ToolFormat f);
 
 // GBNF whose sentences are replies that only call tools, in the format's syntax: one call of
 // one of `tools` (`parallel`: one to as many as there are tools, in formats that can hold
-// several), each call's arguments an instance of its function's parameters. GrammarError (naming the tool) for a
-// schema the compiler does not support.
+// several), each call's arguments an instance of its function's parameters. GrammarError (naming
+// the tool) for a schema the compiler does not support.
 std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, bool parallel);
 
 // For templates without a tool syntax: the system text that lists the tools and teaches the

@@ -145,8 +145,8 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
         return json_call(name(i), args, "name", "arguments");
       });
-      return g.text(lit("{\"tool_calls\": [") + " " + g.some(call, lit(", "), parallel) +
-                    " " + lit("]}"));
+      return g.text(lit("{\"tool_calls\": [") + " " + g.some(call, lit(", "), parallel) + " " +
+                    lit("]}"));
     }
     case ToolFormat::hermes: {
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
@@ -176,8 +176,7 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
       for (size_t i = 0; i < tools.size(); ++i)
         named += (i ? " | " : "") + lit(name(i) + "[ARGS]") + " " +
                  g.property(parameters_of(tools[i]), name(i) + "-args", parameters_of(tools[i]));
-      const std::string list =
-          lit("[") + " " + g.some(call, lit(", "), parallel) + " " + lit("]");
+      const std::string list = lit("[") + " " + g.some(call, lit(", "), parallel) + " " + lit("]");
       const std::string args_form =
           g.some(g.rule("named-call", named), lit("[TOOL_CALLS]"), parallel);
       return g.text(lit("[TOOL_CALLS]") + " ( " + list + " | " + args_form + " )");
@@ -199,16 +198,15 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
                lit("<｜tool▁call▁begin｜>" + name(i) + "<｜tool▁sep｜>") + " " + args + " " +
                lit("<｜tool▁call▁end｜>") + " )";
       });
-      return g.text(lit("<｜tool▁calls▁begin｜>") + " " +
-                    g.some(call, lit("\n"), parallel) + " " +
+      return g.text(lit("<｜tool▁calls▁begin｜>") + " " + g.some(call, lit("\n"), parallel) + " " +
                     lit("<｜tool▁calls▁end｜>"));
     }
     case ToolFormat::granite: {
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
         return json_call(name(i), args, "name", "arguments");
       });
-      return g.text(lit("<|tool_call|>[") + " " + g.some(call, lit(", "), parallel) +
-                    " " + lit("]"));
+      return g.text(lit("<|tool_call|>[") + " " + g.some(call, lit(", "), parallel) + " " +
+                    lit("]"));
     }
     case ToolFormat::command_r7b: {
       const std::string call = g.any_call([&](size_t i, const std::string& args) {
@@ -216,8 +214,8 @@ std::string tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& tools, 
                lit("\", \"tool_name\": \"" + name(i) + "\", \"parameters\": ") + " " + args + " " +
                lit("}");
       });
-      return g.text(lit("<|START_ACTION|>[") + " " + g.some(call, lit(", "), parallel) +
-                    " " + lit("]<|END_ACTION|>"));
+      return g.text(lit("<|START_ACTION|>[") + " " + g.some(call, lit(", "), parallel) + " " +
+                    lit("]<|END_ACTION|>"));
     }
   }
   throw grammar::GrammarError("unknown tool format");

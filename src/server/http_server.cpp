@@ -176,6 +176,7 @@ struct Server {
     CompletionBody body = parse_completion(req.body, chat, tok(), this->chat, engine->n_ctx());
     CompletionRequest r = std::move(body.request);
     if (r.max_tokens < 0) r.max_tokens = opts.n_predict;  // the server's default (-n)
+    if (chat && !body.budget_given && !r.grammar) r.thinking_budget = opts.thinking_budget;
     const bool stream = body.stream, include_usage = body.include_usage;
     // A reasoning model's thinking and its tool calls, apart from its answer (chat only).
     const ReplyReader::Options read_as{body.split_reasoning, body.starts_thinking,

@@ -31,11 +31,12 @@ struct ServerOptions {
   int max_connections = 256;
   int max_connections_per_client = 64;
   double header_timeout = 10, body_timeout = 60, keep_alive = 30, write_timeout = 30;
-  std::string alias;     // the model id; empty: the file name
-  bool metrics = false;  // GET /metrics served (else 501)
-  bool verbose = false;  // log prompt text
-  bool ui = true;        // the web chat page at / (--no-ui)
-  int n_predict = -1;    // -n: most tokens of a reply whose request names no max_tokens
+  std::string alias;         // the model id; empty: the file name
+  bool metrics = false;      // GET /metrics served (else 501)
+  bool verbose = false;      // log prompt text
+  bool ui = true;            // the web chat page at / (--no-ui)
+  int thinking_budget = -1;  // --reasoning-budget: for requests that name none
+  int n_predict = -1;        // -n: most tokens of a reply whose request names no max_tokens
   // --chat-template: a built-in's name or a file; empty: the model's own (see
   // jinja::choose_chat_template).
   std::string chat_template;

@@ -484,6 +484,11 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
     const size_t end = text.find_last_not_of(" \t\r\n");
     out.starts_thinking =
         end != std::string::npos && end >= 6 && text.compare(end - 6, 7, "<think>") == 0;
+    out.request.starts_thinking = out.starts_thinking;
+    if (b.contains("thinking_budget_tokens") && !b["thinking_budget_tokens"].is_null()) {
+      out.request.thinking_budget = number<int32_t>(b, "thinking_budget_tokens", -1, -1, 1 << 30);
+      out.budget_given = true;
+    }
     // A call asked for: the reply is one, in the template's syntax, by the grammar.
     if (out.tools.choice == ToolUse::Choice::required ||
         out.tools.choice == ToolUse::Choice::named) {
@@ -498,14 +503,19 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
         throw invalid(fmt::format("'tools': {}", e.what()));
       }
     }
+    if (out.budget_given && out.request.thinking_budget >= 0 && out.request.grammar)
+      throw invalid(
+          "'thinking_budget_tokens' bounds free text: give no 'grammar', "
+          "'response_format' or a forced tool call beside it");
     out.request.prompt = encode_bounded(text, tok, n_ctx);
   } else {
     // Tools are for chat: a completion that offers some, or asks for a call, is refused.
     const ToolUse u = read_tools(ob);
     if (!u.tools.empty() || u.choice == ToolUse::Choice::required ||
         u.choice == ToolUse::Choice::named)
-      throw invalid("tool calls are for /v1/chat/completions: its template shows the model the "
-                    "tools");
+      throw invalid(
+          "tool calls are for /v1/chat/completions: its template shows the model the "
+          "tools");
     if (b.contains("messages")) throw invalid("'messages' is for /v1/chat/completions");
     out.request.prompt = tokenize_prompt(b, tok, n_ctx);
   }

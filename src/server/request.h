@@ -62,6 +62,9 @@ struct CompletionBody {
   bool split_reasoning = false;
   bool starts_thinking = false;
   ToolUse tools;  // chat: the tools offered (a call forced by the request's grammar)
+  // Chat: the request set thinking_budget_tokens (request.thinking_budget; -1 unbounded),
+  // else the server's default applies.
+  bool budget_given = false;
 };
 
 // How chat requests are rendered: the model's chat template, and the server's default for

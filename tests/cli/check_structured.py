@@ -16,6 +16,10 @@
   returned as `reasoning_content`, streamed as its own deltas, inline with reasoning_format none;
   logprobs on chat (top_logprobs, bytes, streamed the same) and on completions (the legacy form),
   also under a grammar.
+- A thinking budget (a template whose generation prompt opens <think>): thinking_budget_tokens
+  5 closes the block after 5 tokens and the model answers, where unbounded it thinks to the
+  token limit; --reasoning-budget 0 as the server's default, -1 in a request lifting it; a
+  budget beside a grammar is a 400.
 
 Exits 77 (skipped) when stories260K is absent.
 """
@@ -109,6 +113,7 @@ def main():
         check(rc == 2 and len(lines) == 1 and want in lines[0] and "--grammar" in lines[0],
               f"a grammar with {what}: one line, exit 2", f"rc={rc} {err!r}")
     check_server(b, models[-1])
+    check_budget(b, models[-1])
     print("all structured-output checks passed" if not problems
           else f"{len(problems)} problem(s)")
     return 1 if problems else 0
@@ -281,6 +286,64 @@ def check_server(b, model):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# chatml whose generation prompt opens a <think> block, so that every reply starts thinking.
+THINKING_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                     "{% endfor %}<|im_start|>assistant\n<think>\n")
+
+
+def check_budget(b, model):
+    """thinking_budget_tokens and --reasoning-budget: a reply that would think on is made to
+    close its block after the budget and answer."""
+    import openai
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(THINKING_TEMPLATE)
+    try:
+        for flags in ([], ["--reasoning-budget", "0"]):
+            server = servertest.Server(b, model, ["--chat-template", f.name] + flags,
+                                       on_fail=lambda m: check(False, m))
+            try:
+                client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1",
+                                       api_key="none", max_retries=0)
+                msgs = [{"role": "user", "content": "Tell me about the sea."}]
+
+                def ask(**extra):
+                    m = client.chat.completions.create(model="x", messages=msgs, max_tokens=40,
+                                                       temperature=0, extra_body=extra)
+                    m = m.choices[0].message
+                    return getattr(m, "reasoning_content", None) or "", m.content or ""
+
+                def tokens(text):
+                    return len(server.request("POST", "/tokenize", {"content": text})[1]["tokens"])
+
+                if not flags:
+                    free_thought, _ = ask()
+                    thought, answer = ask(thinking_budget_tokens=5)
+                    check(tokens(free_thought) > 8 and 0 < tokens(thought) <= 6 and answer and
+                          free_thought.startswith(thought.strip()),
+                          f"serve: thinking_budget_tokens 5 closes the block ({tokens(thought)} "
+                          f"tokens of thought, then an answer; {tokens(free_thought)} unbounded)",
+                          f"{thought!r} / {answer!r} / {free_thought!r}")
+                    try:
+                        ask(thinking_budget_tokens=5, grammar='root ::= "a"')
+                        check(False, "serve: a budget beside a grammar is refused")
+                    except openai.BadRequestError as e:
+                        check("'thinking_budget_tokens'" in str(e),
+                              "serve: a budget beside a grammar is a 400 naming it", str(e))
+                else:
+                    thought, answer = ask()
+                    check(thought.strip() == "" and answer,
+                          "serve --reasoning-budget 0: no thought, an answer",
+                          f"{thought!r} / {answer!r}")
+                    thought, _ = ask(thinking_budget_tokens=-1)
+                    check(tokens(thought) > 8,
+                          "serve: thinking_budget_tokens -1 lifts the server's budget", thought)
+            finally:
+                rc, err = server.stop()
+                check(rc == 0, "serve stops with 0", err[-300:])
+    finally:
+        os.unlink(f.name)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,8 @@ def main():
     finally:
         rc, err = server.stop()
         check(rc == 0, "serve stops with 0", err[-500:])
+        check("tool calls read as generic JSON (the template has no tool syntax" in err,
+              "the log names the tool call syntax", err[:600])
     print("all tool-call checks passed" if not servertest.problems
           else f"{len(servertest.problems)} problem(s)")
     return 1 if servertest.problems else 0

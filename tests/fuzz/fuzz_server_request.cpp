@@ -7,7 +7,8 @@
 // the second byte sets, request after request as pipelining gives them; a status is the normal
 // outcome of a bad request. From 0xE0 to 0xEF the rest is a model's reply read for tool calls in
 // the syntax the byte picks (engine/tool_calls.h); a reply whose calls do not parse must come back
-// whole. Any other exception, a crash, a sanitizer report, a hang or a
+// whole, and read as a stream in two pieces it must read as it does whole (engine/reply_reader.h).
+// A chat body's first byte over 8 picks the tool call syntax its template is taken to teach. Any other exception, a crash, a sanitizer report, a hang or a
 // broken invariant (bytes used beyond those given, a body over the limit) is a finding.
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "engine/model_context.h"
+#include "engine/reply_reader.h"
 #include "engine/tool_calls.h"
 #include "gguf/gguf.h"
 #include "gguf_builder.h"
@@ -129,6 +131,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!r.parsed && (r.content != reply || !r.calls.empty())) std::abort();
     for (const ps::ToolCall& c : r.calls)
       if (c.name.empty() || c.arguments.empty() || c.arguments[0] != '{') std::abort();
+    // Read as a stream, cut where the reply's length says: the same content and calls.
+    const ps::ReplyReader::Options o{true, false, true, format};
+    ps::ReplyReader whole(o), cut(o);
+    const ps::ReplyReader::Parts w = whole.feed(std::string(reply), true);
+    const size_t at = reply.empty() ? 0 : reply.size() * 7 / 13;
+    ps::ReplyReader::Parts a = cut.feed(std::string(reply.substr(0, at)), false);
+    const ps::ReplyReader::Parts b = cut.feed(std::string(reply.substr(at)), true);
+    if (a.reasoning + b.reasoning != w.reasoning || a.content + b.content != w.content ||
+        b.calls.size() != w.calls.size() || !a.calls.empty())
+      std::abort();
     return 0;
   }
   if (data[0] >= 0xF0) {
@@ -143,8 +155,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     if (route < 5) {
       const bool chat = route >= 2;
-      ps::server::parse_completion(body, chat, tok, chat_setups()[chat ? route - 2 : 0],
-                                   /*n_ctx=*/256);
+      ps::server::ChatSetup setup = chat_setups()[chat ? route - 2 : 0];
+      setup.tool_format = static_cast<ps::ToolFormat>((data[0] / 8) % 9);
+      ps::server::parse_completion(body, chat, tok, setup, /*n_ctx=*/4096);
     } else if (route < 7) {
       ps::server::parse_tokenize(body, tok);
     } else {

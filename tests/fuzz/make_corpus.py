@@ -154,14 +154,28 @@ def server_request_seeds() -> list:
         b'"seed": 7, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repeat_penalty": 1.1, '
         b'"n": 1, "model": "m", "max_completion_tokens": 3}',
     ]
+    tools = (b'"tools": [{"type": "function", "function": {"name": "get_weather", '
+             b'"parameters": {"type": "object", "properties": {"city": {"type": "string"}, '
+             b'"n": {"$ref": "#/$defs/n"}}, "required": ["city"], "$defs": {"n": {"type": '
+             b'"integer", "minimum": 1}}}}}, {"type": "function", "function": {"name": "now"}}]')
     chat = [
         b'{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", '
         b'"content": "Hi"}, {"role": "assistant", "content": "Hello."}], "max_tokens": 4}',
+        b'{"messages": [{"role": "user", "content": "w?"}], ' + tools +
+        b', "tool_choice": "required", "parallel_tool_calls": false}',
+        b'{"messages": [{"role": "user", "content": "w?"}, {"role": "assistant", "content": '
+        b'null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": '
+        b'"get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}}]}, {"role": "tool", '
+        b'"tool_call_id": "c1", "content": "cold"}], ' + tools +
+        b', "tool_choice": {"type": "function", "function": {"name": "now"}}, '
+        b'"thinking_budget_tokens": 3}',
         b'{"messages": [{"role": "developer", "content": [{"type": "text", "text": "x"}]}], '
         b'"stream": true}',
     ]
     out = [bytes([r]) + b for r in (0, 1) for b in completion]
-    out += [bytes([r]) + b for r in (2, 3, 4) for b in chat]
+    # Chat in each built-in template (2-4) and, through the first byte's high bits, each tool
+    # call syntax (the byte over 8, modulo 9).
+    out += [bytes([r + 8 * f]) + b for r in (2, 3, 4) for b in chat for f in (0, 1, 2, 5)]
     out += [b"\x05" + b'{"content": "Once upon a time", "add_special": true}',
             b"\x07" + b'{"tokens": [1, 2, 3, 100]}']
     # Raw connection bytes for the transport's parser (0xF0, then the piece size).

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
+
+#include "grammar/token_filter.h"
 
 namespace ps {
 namespace {
@@ -44,6 +48,74 @@ TEST(ThinkingSplitter, HoldsBackOnlyWhatCouldStartATag) {
   EXPECT_EQ(s.feed("e", false).answer, "<the");  // "<the" cannot begin "<think>"
   EXPECT_EQ(s.feed("<", false).answer, "");
   EXPECT_EQ(s.feed("", true).answer, "<");  // the end releases what was held
+}
+
+// A vocabulary of pieces, and a "model" that takes the first token of its liking the filter
+// allows: the text it writes under a thinking budget.
+struct BudgetRun {
+  std::shared_ptr<grammar::VocabPieces> vocab = std::make_shared<grammar::VocabPieces>();
+  BudgetRun() {
+    for (const char* p : {"<think>", "</think>", "a", "b", "</", "think>", "<", "/", "t", "h", "i",
+                          "n", "k", ">", "x</think>", ""}) {
+      vocab->pieces.push_back(p);
+      vocab->end.push_back(false);
+    }
+    vocab->end.back() = true;  // the last: end of text
+  }
+  int32_t id(const std::string& piece) const {
+    return int32_t(std::find(vocab->pieces.begin(), vocab->pieces.end(), piece) -
+                   vocab->pieces.begin());
+  }
+  // `liking`: the model's order of preference.
+  std::string write(ThinkingBudget& f, const std::vector<std::string>& liking, int n) {
+    std::string out;
+    for (int step = 0; step < n; ++step) {
+      int32_t pick = -1;
+      for (const std::string& p : liking)
+        if (f.allows(id(p))) {
+          pick = id(p);
+          break;
+        }
+      EXPECT_GE(pick, 0) << "nothing allowed after " << out;
+      if (pick < 0) break;
+      f.accept(pick);
+      out += vocab->pieces[size_t(pick)] + "|";
+    }
+    return out;
+  }
+};
+
+TEST(ThinkingBudget, ClosesTheBlockAfterBudgetTokens) {
+  BudgetRun r;
+  ThinkingBudget opened(r.vocab, 3, true);
+  // The model would think forever ("a"); after 3 tokens the closing tag is written, from the
+  // pieces it likes best that begin it, then it answers.
+  EXPECT_EQ(r.write(opened, {"a", "x</think>", "</", "think>", "</think>", "b"}, 7),
+            "a|a|a|</|think>|a|a|");
+  ThinkingBudget closed_first(r.vocab, 3, false);
+  EXPECT_EQ(r.write(closed_first, {"<think>", "a", "</think>"}, 1), "<think>|");
+  EXPECT_EQ(r.write(closed_first, {"a", "</think>"}, 5), "a|a|a|</think>|a|");
+  // Thinking closed by the model itself within the budget is left alone, and a new block
+  // gets a budget of its own.
+  ThinkingBudget own(r.vocab, 3, true);
+  EXPECT_EQ(r.write(own, {"a"}, 1), "a|");
+  EXPECT_EQ(r.write(own, {"</think>"}, 1), "</think>|");
+  EXPECT_FALSE(own.closing());
+  EXPECT_EQ(r.write(own, {"<think>"}, 1), "<think>|");
+  EXPECT_EQ(r.write(own, {"b", "<", "/", "t", "h", "i", "n", "k", ">"}, 12),
+            "b|b|b|<|/|t|h|i|n|k|>|b|");
+}
+
+TEST(ThinkingBudget, ZeroClosesAtOnceAndEndIsHeldOff) {
+  BudgetRun r;
+  ThinkingBudget f(r.vocab, 0, true);
+  EXPECT_TRUE(f.closing());
+  EXPECT_FALSE(f.allows(r.id(""))) << "no end of text inside the closing tag";
+  EXPECT_FALSE(f.allows(r.id("a")));
+  EXPECT_TRUE(f.allows(r.id("</think>")));
+  EXPECT_FALSE(f.allows(r.id("x</think>")));
+  EXPECT_EQ(r.write(f, {"a", "</think>"}, 2), "</think>|a|");
+  EXPECT_TRUE(f.allows(r.id("")));
 }
 
 }  // namespace
