@@ -75,6 +75,10 @@ Action add_serve(CLI::App& app) {
                   "Most tokens a reply may think (<think>) before it is made to answer, for "
                   "requests without thinking_budget_tokens (-1: no bound; 0: none)")
       ->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("--pooling", o->so.pooling,
+                  "How /v1/embeddings pools a text's final hidden states (default: the "
+                  "file's pooling_type, else mean)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last"}));
   cmd->add_flag("!--no-ui", o->so.ui, "Do not serve the web chat page at /");
   cmd->add_flag("-v,--verbose", o->so.verbose, "Log each request's prompt text too");
   // Against an explicit -c now (a usage error, exit 2); against the model's own context once

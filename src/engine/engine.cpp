@@ -33,6 +33,20 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 }  // namespace
 
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::none:
+      return "none";
+    case Pooling::mean:
+      return "mean";
+    case Pooling::cls:
+      return "cls";
+    case Pooling::last:
+      return "last";
+  }
+  return "?";
+}
+
 void Stream::push(StreamEvent e) {
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -223,7 +237,11 @@ void Engine::admit() {
     const std::vector<int32_t>& p = waiting_.front().req.prompt;
     size_t reuse = 0;
     bool repeat = false;
-    Kept k = take_sequence(p, reuse, repeat);
+    Kept k;
+    if (!waiting_.front().req.embed)
+      k = take_sequence(p, reuse, repeat);
+    else if (ctx_->live_sequences() < ctx_->n_seq() || evict_one())
+      k.seq = std::make_unique<Sequence>(*ctx_);  // every state is needed: no cached prefix
     // Cells for the whole prompt now, so its chunks never wait for cells.
     if (k.seq && reserve(*k.seq, int(p.size()))) {
       Waiting w = std::move(waiting_.front());
@@ -259,6 +277,19 @@ void Engine::start(Slot& s, Kept kept, size_t reuse, bool repeat, Waiting w) {
   s.req = std::move(w.req);
   s.stream = std::move(w.stream);
   Sequence& seq = *s.kept.seq;
+  s.pooled.clear();
+  if (s.req.embed) {  // nothing to sample
+    s.text = std::make_unique<TextStream>(s.req.stop);
+    s.generated = s.decode_steps = 0;
+    s.transfer_bytes = 0;
+    s.transfer_seconds = 0;
+    s.started = std::chrono::steady_clock::now();
+    s.pending = -1;
+    s.ready = false;
+    s.prompt_done = 0;
+    s.cached_tokens = 0;
+    return;
+  }
   seq.set_sampler(std::make_unique<Sampler>(s.req.sampling, tok_->n_vocab()));
   if (s.req.grammar || s.req.thinking_budget >= 0)
     if (!pieces_) pieces_ = grammar::VocabPieces::of(*tok_, shown_);
@@ -312,6 +343,48 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& detai
   // The slot is free before the reader hears that the request is done.
   const std::shared_ptr<Stream> stream = s.stream;
   release(s, true);
+  stream->push(std::move(done));
+}
+
+void Engine::take_states(Slot& s, const std::vector<float>& states, size_t n) {
+  const size_t n_embd = states.size() / std::max<size_t>(n, 1);
+  const bool first = s.prompt_done == 0;
+  s.prompt_done += n;
+  switch (s.req.pooling) {
+    case Pooling::none:
+      s.pooled.insert(s.pooled.end(), states.begin(), states.end());
+      break;
+    case Pooling::mean:
+      s.pooled.resize(n_embd, 0.0f);
+      for (size_t t = 0; t < n; ++t)
+        for (size_t j = 0; j < n_embd; ++j) s.pooled[j] += states[t * n_embd + j];
+      break;
+    case Pooling::cls:
+      if (first) s.pooled.assign(states.begin(), states.begin() + ptrdiff_t(n_embd));
+      break;
+    case Pooling::last:
+      s.pooled.assign(states.end() - ptrdiff_t(n_embd), states.end());
+      break;
+  }
+  if (s.prompt_done < s.req.prompt.size()) return;
+  if (s.req.pooling == Pooling::mean)
+    for (float& v : s.pooled) v /= float(s.req.prompt.size());
+  StreamEvent done;
+  done.done = true;
+  done.finish_reason = "stop";
+  done.stop_detail = "embedding";
+  done.prompt_tokens = int(s.req.prompt.size());
+  done.embedding = std::move(s.pooled);
+  s.pooled.clear();
+  done.prompt_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stats_.usage_prompt_tokens += uint64_t(done.prompt_tokens);
+  }
+  // Its cells go back: a cached sequence of embedded text would push out conversations.
+  const std::shared_ptr<Stream> stream = s.stream;
+  release(s, false);
   stream->push(std::move(done));
 }
 
@@ -402,8 +475,9 @@ void Engine::step() {
   for (Slot& s : slots_)
     if (s.busy && !s.ready && s.pending < 0 && s.prompt_done < s.req.prompt.size() && budget > 0) {
       const size_t n = std::min(s.req.prompt.size() - s.prompt_done, size_t(budget));
-      runs.push_back(
-          {s.kept.seq.get(), std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n)});
+      runs.push_back({s.kept.seq.get(),
+                      std::span<const int32_t>(s.req.prompt.data() + s.prompt_done, n),
+                      s.req.embed});
       owners.push_back({&s, true});
       budget -= int(n);
     }
@@ -424,6 +498,11 @@ void Engine::step() {
   uint64_t prompt_tokens = 0, generated = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
     Slot& s = *owners[i].slot;
+    if (s.req.embed) {
+      prompt_tokens += runs[i].tokens.size();
+      take_states(s, logits[i], runs[i].tokens.size());
+      continue;
+    }
     if (owners[i].prompt) {
       s.prompt_done += runs[i].tokens.size();
       prompt_tokens += runs[i].tokens.size();

@@ -36,6 +36,11 @@ struct VocabPieces;
 
 namespace ps {
 
+// How an embedding is made of a prompt's final hidden states (llama.cpp's pooling types): their
+// mean, the first token's (cls), the last token's, or none (every token's, one after another).
+enum class Pooling { none, mean, cls, last };
+const char* pooling_name(Pooling p);
+
 struct CompletionRequest {
   std::vector<int32_t> prompt;
   SamplerParams sampling;
@@ -51,6 +56,11 @@ struct CompletionRequest {
   // (ThinkingBudget; -1: no bound); starts_thinking: the prompt opened the block.
   int thinking_budget = -1;
   bool starts_thinking = false;
+  // An embedding instead of text: the prompt is evaluated in a sequence of its own (no cached
+  // prefix, so every token's state is computed) and the final event carries the pooled
+  // states; nothing is generated.
+  bool embed = false;
+  Pooling pooling = Pooling::mean;
 };
 
 // What the engine says about one request, in order: one event per generated token (its id and
@@ -69,6 +79,9 @@ struct StreamEvent {
   std::string stop_detail;
   std::string error;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // The final event of an embedding request: n_embd values (Pooling::none: n_embd per prompt
+  // token), not normalized.
+  std::vector<float> embedding;
   // The final event: seconds from the request's start to its first token's logits (the
   // prompt), then to its end (generation), over decode_steps passes; bytes copied between
   // devices in those passes and the time the copies took.
@@ -155,6 +168,7 @@ class Engine {
     bool ready = false;    // logits holds the next token's distribution: sample it
     int32_t pending = -1;  // a sampled token to evaluate in the next pass
     int generated = 0, cached_tokens = 0;
+    std::vector<float> pooled;  // an embedding request's states so far (summed for the mean)
     std::chrono::steady_clock::time_point started, first_logits;
     int decode_steps = 0;
     size_t transfer_bytes = 0;
@@ -181,6 +195,9 @@ class Engine {
   // Picks the slot's next token from its logits: sent out, or the request finishes.
   void sample(Slot& s);
   void finish(Slot& s, const std::string& reason, const std::string& detail);
+  // An embedding request's states for `n` more prompt tokens (n x n_embd): pooled, and the
+  // request finished with its embedding once the prompt is done.
+  void take_states(Slot& s, const std::vector<float>& states, size_t n);
   // The slot is free again (under the lock: submit() and stats() read it); its sequence is
   // cached (keep) or dropped with its cells.
   void release(Slot& s, bool keep);

@@ -370,11 +370,17 @@ std::vector<float> ModelContext::eval(std::span<const int32_t> tokens, bool all_
 }
 
 std::vector<float> ModelContext::eval_prepared(int seq, std::span<const int32_t> tokens,
-                                               bool all_logits) {
+                                               bool all_logits, bool hidden) {
   std::vector<float> out;
   for (size_t i = 0; i < tokens.size(); i += size_t(n_batch_)) {
     const size_t n = std::min(tokens.size() - i, size_t(n_batch_));
-    const SeqTokens run{seq, tokens.subspan(i, n)};
+    const SeqTokens run{seq, tokens.subspan(i, n), hidden};
+    if (hidden) {
+      std::vector<float> states;
+      forward(std::span<const SeqTokens>(&run, 1), false, &states);
+      out.insert(out.end(), states.begin(), states.end());
+      continue;
+    }
     std::vector<float> got = forward(std::span<const SeqTokens>(&run, 1), all_logits);
     if (all_logits)
       out.insert(out.end(), got.begin(), got.end());
@@ -391,14 +397,26 @@ std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqToke
   for (const SeqTokens& r : runs) total += r.tokens.size();
   std::vector<std::vector<float>> out;
   if (!batched_ || runs.size() == 1 || total > size_t(n_batch_)) {
-    for (const SeqTokens& r : runs) out.push_back(eval_prepared(r.seq, r.tokens, false));
+    for (const SeqTokens& r : runs) out.push_back(eval_prepared(r.seq, r.tokens, false, r.hidden));
     return out;
   }
-  const std::vector<float> all = forward(runs, false);
+  std::vector<float> states;
+  const std::vector<float> all = forward(runs, false, &states);
   const size_t n_vocab = size_t(model_->model->params().n_vocab);
-  for (size_t i = 0; i < runs.size(); ++i)
-    out.emplace_back(all.begin() + ptrdiff_t(i * n_vocab),
-                     all.begin() + ptrdiff_t((i + 1) * n_vocab));
+  const size_t n_embd = size_t(model_->model->params().n_embd);
+  size_t logits_at = 0, states_at = 0;
+  for (const SeqTokens& r : runs) {
+    if (r.hidden) {
+      const size_t n = r.tokens.size() * n_embd;
+      out.emplace_back(states.begin() + ptrdiff_t(states_at),
+                       states.begin() + ptrdiff_t(states_at + n));
+      states_at += n;
+    } else {
+      out.emplace_back(all.begin() + ptrdiff_t(logits_at),
+                       all.begin() + ptrdiff_t(logits_at + n_vocab));
+      logits_at += n_vocab;
+    }
+  }
   return out;
 }
 
@@ -469,18 +487,20 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape&
 }
 
 Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits,
-                                 PassData& d) const {
+                                 PassData& d, Tensor** hidden) const {
   const ModelParams& p = model_->model->params();
   d.tokens.clear();
   d.pos.clear();
   d.rows.clear();
+  d.hidden_rows.clear();
   for (const SeqTokens& r : runs) {
     const int n_past = n_past_[size_t(r.seq)];
     for (size_t i = 0; i < r.tokens.size(); ++i) {
+      if (r.hidden) d.hidden_rows.push_back(int32_t(d.tokens.size()));
       d.tokens.push_back(r.tokens[i]);
       d.pos.push_back(n_past + int32_t(i));
     }
-    d.rows.push_back(int32_t(d.tokens.size() - 1));
+    if (!r.hidden) d.rows.push_back(int32_t(d.tokens.size() - 1));
   }
   const int32_t T = int32_t(d.tokens.size());
   // Per group: the header, each token's (position, table), the runs' block tables; and where
@@ -523,8 +543,14 @@ Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool
   in.n_tokens = T;
   in.n_ctx = n_ctx_;
   in.all_logits = all_logits;
-  if (runs.size() > 1)
+  if (runs.size() > 1 && !d.rows.empty())
     in.out_rows = g.leaf("out_rows", DType::I32, {int64_t(d.rows.size()), 1, 1, 1}, d.rows.data());
+  if (!d.hidden_rows.empty()) {
+    in.hidden_rows = g.leaf("hidden_rows", DType::I32, {int64_t(d.hidden_rows.size()), 1, 1, 1},
+                            d.hidden_rows.data());
+    in.hidden = hidden;
+    in.no_logits = d.rows.empty();
+  }
   for (int gi = 0; gi < n_groups; ++gi)
     d.layouts[size_t(gi)].token_info =
         g.leaf(fmt::format("kv_info.{}", gi), DType::I32,
@@ -543,13 +569,26 @@ Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool
   return model_->model->build_graph(g, in);
 }
 
-std::vector<float> ModelContext::forward(std::span<const SeqTokens> runs, bool all_logits) {
+std::vector<float> ModelContext::forward(std::span<const SeqTokens> runs, bool all_logits,
+                                         std::vector<float>* hidden) {
   PassData d;
   Graph g;
-  Tensor* logits = build_pass(g, runs, all_logits, d);
-  scheduler_->run(g, {logits});
-  std::vector<float> out(size_t(logits->n_elements()));
-  scheduler_->read(*logits, out.data());
+  Tensor* states = nullptr;
+  Tensor* logits = build_pass(g, runs, all_logits, d, &states);
+  std::vector<float> out;
+  if (states && states == logits) {  // hidden runs only
+    scheduler_->run(g, {states});
+  } else {
+    scheduler_->run(g,
+                    states ? std::vector<Tensor*>{logits, states} : std::vector<Tensor*>{logits});
+    out.resize(size_t(logits->n_elements()));
+    scheduler_->read(*logits, out.data());
+  }
+  if (states) {
+    if (!hidden) throw std::logic_error("a pass with hidden runs needs somewhere to put them");
+    hidden->resize(size_t(states->n_elements()));
+    scheduler_->read(*states, hidden->data());
+  }
   for (const SeqTokens& r : runs) n_past_[size_t(r.seq)] += int(r.tokens.size());
   return out;
 }

@@ -132,12 +132,14 @@ class ModelContext {
   // the context would overflow.
   std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false, int seq = 0);
   // Tokens of several sequences (each at most once, n_batch tokens in all) in one forward
-  // pass, so the weights are read once for all of them; returns each run's last logits. One
-  // pass per sequence where a device that runs layers lacks attention over per-token
-  // positions (batched() is false), or when the runs exceed n_batch tokens.
+  // pass, so the weights are read once for all of them; returns each run's last logits, or for
+  // a run with `hidden` every token's final hidden state (after the output norm; n_tokens x
+  // n_embd: embeddings). One pass per sequence where a device that runs layers lacks attention
+  // over per-token positions (batched() is false), or when the runs exceed n_batch tokens.
   struct SeqTokens {
     int seq;
     std::span<const int32_t> tokens;
+    bool hidden = false;
   };
   std::vector<std::vector<float>> eval_batch(std::span<const SeqTokens> runs);
   bool batched() const { return batched_; }
@@ -191,20 +193,26 @@ class ModelContext {
   // rows whose logits come out, and per group of layers the paged attention's data and where
   // the new keys and values go.
   struct PassData {
-    std::vector<int32_t> tokens, pos, rows;
+    std::vector<int32_t> tokens, pos, rows, hidden_rows;
     std::vector<std::vector<int32_t>> info;
     std::vector<ForwardInputs::KvLayout> layouts;
   };
   // The graph of one forward pass over runs of tokens (each run a sequence's, after its
   // positions; cells reserved), returning the logits node: each run's last token's, or every
   // token's with all_logits (one run).
-  Tensor* build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits, PassData& d) const;
-  // Builds, runs and reads it; the sequences' positions advance.
-  std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits);
+  // The hidden runs' states come out through *hidden (null when there are none); when every run
+  // is hidden, that node is the one returned.
+  Tensor* build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits, PassData& d,
+                     Tensor** hidden = nullptr) const;
+  // Builds, runs and reads it; the sequences' positions advance. The logits of the runs that
+  // are not hidden; the hidden runs' states, in run order, into *hidden.
+  std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits,
+                             std::vector<float>* hidden = nullptr);
   // Checks the runs (sequences, vocabulary, context) and reserves their cells.
   void prepare(std::span<const SeqTokens> runs);
   // eval of a prepared run: passes of at most n_batch tokens.
-  std::vector<float> eval_prepared(int seq, std::span<const int32_t> tokens, bool all_logits);
+  std::vector<float> eval_prepared(int seq, std::span<const int32_t> tokens, bool all_logits,
+                                   bool hidden = false);
 
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::unique_ptr<Device>> devices_;  // the GPUs, the CPU last

@@ -38,7 +38,7 @@ std::vector<std::vector<float>> Sequence::eval_batch(ModelContext& ctx, std::spa
   st.reserve(runs.size());
   for (const Run& r : runs) {
     if (&r.seq->ctx_ != &ctx) throw UsageError("a sequence of another context in the batch");
-    st.push_back({r.seq->id_, r.tokens});
+    st.push_back({r.seq->id_, r.tokens, r.hidden});
   }
   std::vector<std::vector<float>> out = ctx.eval_batch(st);
   for (const Run& r : runs)

@@ -36,10 +36,11 @@ class Sequence {
   Sampler* sampler() { return sampler_.get(); }
 
   // Tokens of several sequences in one forward pass (ModelContext::eval_batch); each run's last
-  // logits, and each history extended.
+  // logits (with `hidden`, its tokens' final hidden states), and each history extended.
   struct Run {
     Sequence* seq;
     std::span<const int32_t> tokens;
+    bool hidden = false;
   };
   static std::vector<std::vector<float>> eval_batch(ModelContext& ctx, std::span<const Run> runs);
 

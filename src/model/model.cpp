@@ -210,6 +210,12 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
 Tensor* Model::output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const {
   const auto& p = params_;
   g.set_layer(int(p.n_layer));
+  if (in.hidden_rows) {
+    Tensor* h = g.get_rows(x, in.hidden_rows);
+    h = g.mul(g.rms_norm(h, p.norm_eps), out_norm_);
+    if (in.hidden) *in.hidden = h;
+    if (in.no_logits) return h;
+  }
   if (in.out_rows)
     x = g.get_rows(x, in.out_rows);
   else if (!in.all_logits && in.n_tokens > 1)

@@ -57,6 +57,11 @@ struct ForwardInputs {
   std::vector<Tensor*> k_cache, v_cache;
   bool all_logits = false;     // else only the last token's
   Tensor* out_rows = nullptr;  // I32 [n]: the tokens whose logits are wanted (else the last's)
+  // Embeddings: the final hidden states (after the output norm) of these tokens (I32 [m]) come
+  // out through *hidden; with no_logits the pass computes no logits and returns them instead.
+  Tensor* hidden_rows = nullptr;
+  Tensor** hidden = nullptr;
+  bool no_logits = false;
   // A paged cache (graph/ops.h): per layer, its group's per-token data (positions and block
   // tables) and where this pass's keys and values go, in pieces of consecutive cells. The
   // caches are then [head_dim, n_head_kv, cells, 1]; positions come from `positions`.
@@ -118,7 +123,7 @@ class Model {
   Tensor* cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q, Tensor* k,
                            Tensor* v, float scale, int32_t window) const;
   // The final norm and the output projection, over the last position only unless every
-  // position's logits are wanted.
+  // position's logits are wanted (or the rows of out_rows); the hidden rows' normed states too.
   Tensor* output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const;
 
   ModelParams params_;

@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -124,6 +126,30 @@ void send_error(HttpResponse& res, int status, const std::string& type, const st
   res.detail = message;
 }
 
+// The pooling of embeddings: --pooling, else the file's <arch>.pooling_type, else mean.
+Pooling embedding_pooling(const LoadedModel& m, const std::string& flag) {
+  for (Pooling p : {Pooling::none, Pooling::mean, Pooling::cls, Pooling::last})
+    if (flag == pooling_name(p)) return p;
+  if (!flag.empty())
+    throw UsageError(fmt::format("--pooling {}: not one of none, mean, cls, last", flag));
+  const std::string key = m.model->params().architecture + ".pooling_type";
+  switch (m.file->get_int(key, 1, 0, 4)) {
+    case 0:
+      return Pooling::none;
+    case 2:
+      return Pooling::cls;
+    case 3:
+      return Pooling::last;
+    case 4:
+      throw UsageError(fmt::format(
+          "{}: {} is rank (a reranker), which polystack does not serve; --pooling picks "
+          "another",
+          m.file->path(), key));
+    default:
+      return Pooling::mean;
+  }
+}
+
 struct Server {
   ServerOptions opts;
   std::shared_ptr<LoadedModel> model;
@@ -131,6 +157,7 @@ struct Server {
   std::string model_id;
   std::unique_ptr<jinja::ChatTemplate> chat_template;
   ChatSetup chat;
+  Pooling pooling = Pooling::mean;  // of embeddings
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};  // SIGINT or SIGTERM came: streams end cut short
   mutable std::mutex stats_m;
@@ -379,6 +406,93 @@ struct Server {
     };
   }
 
+  // POST /v1/embeddings (openai: one L2-normalized vector per input) and /embeddings
+  // (llama-server's form: [{index, embedding: [[...], ...]}], with --pooling none a vector per
+  // token, not normalized). The inputs go through the engine a few at a time, side by side in
+  // its slots.
+  void embeddings(const HttpRequest& req, HttpResponse& res, ReplyWriter& client, bool openai) {
+    const int64_t n_embd = engine->context().model().model->params().n_embd;
+    if (openai && pooling == Pooling::none)
+      throw invalid(
+          "the server pools embeddings with 'none' (a vector per token, --pooling): "
+          "/v1/embeddings gives one vector per input; ask /embeddings");
+    EmbeddingBody body = parse_embeddings(req.body, tok(), engine->n_ctx(), n_embd);
+    const size_t n = body.inputs.size();
+    std::vector<std::vector<float>> out(n);
+    std::deque<std::pair<size_t, std::shared_ptr<Stream>>> running;
+    size_t next = 0, prompt_tokens = 0;
+    const size_t window = size_t(opts.n_slots) + 1;
+    const auto cancel_all = [&] {
+      for (auto& [i, st] : running) engine->cancel(st);
+    };
+    auto checked = Clock::now();
+    while (next < n || !running.empty()) {
+      while (next < n && running.size() < window) {
+        CompletionRequest r;
+        r.prompt = std::move(body.inputs[next]);
+        r.embed = true;
+        r.pooling = pooling;
+        std::shared_ptr<Stream> st = engine->submit(std::move(r));
+        if (!st) break;  // the queue is full: wait for ours to make room
+        running.emplace_back(next++, std::move(st));
+      }
+      if (running.empty())
+        throw ApiError(503, "unavailable_error",
+                       "the server is busy: every slot is taken and the queue is full; retry "
+                       "later");
+      std::optional<StreamEvent> e = running.front().second->pop(std::chrono::milliseconds(200));
+      if (!e || Clock::now() - checked >= std::chrono::milliseconds(200)) {
+        checked = Clock::now();
+        if (!client.alive() || stopping || client.stopping()) {
+          cancel_all();
+          if (stopping || client.stopping())
+            send_error(res, 503, "unavailable_error", "the server is stopping");
+          else
+            send_error(res, 499, "client_closed_request", "the client closed the connection");
+          return;
+        }
+      }
+      if (!e || !e->done) continue;
+      if (e->finish_reason != "stop") {
+        cancel_all();
+        if (e->finish_reason == "cancelled" || stopping)
+          throw ApiError(503, "unavailable_error", "the server is stopping");
+        throw ApiError(500, "server_error", e->error);
+      }
+      prompt_tokens += size_t(e->prompt_tokens);
+      out[running.front().first] = std::move(e->embedding);
+      running.pop_front();
+    }
+    json data = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<float>& v = out[i];
+      if (pooling != Pooling::none) {  // L2-normalized, as OpenAI's
+        double sum = 0;
+        for (const float x : v) sum += double(x) * x;
+        if (sum > 0)
+          for (float& x : v) x = float(double(x) / std::sqrt(sum));
+      }
+      if (openai) {
+        data.push_back({{"object", "embedding"},
+                        {"index", i},
+                        {"embedding", body.base64 ? json(base64_floats(v)) : json(v)}});
+      } else {
+        json rows = json::array();
+        for (size_t at = 0; at < v.size(); at += size_t(n_embd))
+          rows.push_back(std::vector<float>(v.begin() + ptrdiff_t(at),
+                                            v.begin() + ptrdiff_t(at + size_t(n_embd))));
+        data.push_back({{"index", i}, {"embedding", rows}});
+      }
+    }
+    const json usage = {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}};
+    res.set_content(
+        openai ? dump({{"object", "list"}, {"data", data}, {"model", model_id}, {"usage", usage}})
+               : dump(data),
+        "application/json");
+    res.detail =
+        fmt::format("{} input(s), {} tokens, {} pooling", n, prompt_tokens, pooling_name(pooling));
+  }
+
   std::string metrics() const {
     const EngineStats s = engine->stats();
     std::string out;
@@ -607,6 +721,14 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
     router.add("POST", std::string(prefix) + "/completions", completions);
     router.add("POST", std::string(prefix) + "/chat/completions", chat);
   }
+  router.add("POST", "/v1/embeddings",
+             guarded(s, [&](const HttpRequest& req, HttpResponse& res, ReplyWriter& w) {
+               s.embeddings(req, res, w, true);
+             }));
+  router.add("POST", "/embeddings",
+             guarded(s, [&](const HttpRequest& req, HttpResponse& res, ReplyWriter& w) {
+               s.embeddings(req, res, w, false);
+             }));
   router.add(
       "POST", "/tokenize", guarded(s, [&](const HttpRequest& req, HttpResponse& res, ReplyWriter&) {
         res.set_content(dump({{"tokens", parse_tokenize(req.body, s.tok())}}), "application/json");
@@ -672,6 +794,7 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
       if (const int32_t id = s.tok().find_token(m);
           id >= 0 && s.tok().token_to_piece(id, false).empty())
         marks.push_back(id);
+    s.pooling = embedding_pooling(*s.model, opts.pooling);
     s.engine = std::make_unique<Engine>(s.model, opts.context, opts.n_slots, opts.max_queue);
     s.engine->show_tokens(marks);
     if (opts.on_loaded) opts.on_loaded(s.engine->context());
@@ -686,6 +809,11 @@ int serve(const std::string& model_path, const ServerOptions& opts) {
                s.chat.tool_format == ToolFormat::none
                    ? " (the template has no tool syntax: a system message teaches it)"
                    : "");
+    fmt::print(stderr, "polystack: embeddings pooled by {} ({})\n", pooling_name(s.pooling),
+               !opts.pooling.empty() ? "--pooling"
+               : s.model->file->has(s.model->model->params().architecture + ".pooling_type")
+                   ? "the file's pooling_type"
+                   : "the default; --pooling picks another");
   } catch (...) {
     http.stop();
     throw;

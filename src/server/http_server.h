@@ -36,7 +36,9 @@ struct ServerOptions {
   bool verbose = false;      // log prompt text
   bool ui = true;            // the web chat page at / (--no-ui)
   int thinking_budget = -1;  // --reasoning-budget: for requests that name none
-  int n_predict = -1;        // -n: most tokens of a reply whose request names no max_tokens
+  // --pooling none|mean|cls|last for embeddings; "": the file's <arch>.pooling_type, else mean.
+  std::string pooling;
+  int n_predict = -1;  // -n: most tokens of a reply whose request names no max_tokens
   // --chat-template: a built-in's name or a file; empty: the model's own (see
   // jinja::choose_chat_template).
   std::string chat_template;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <random>
 #include <type_traits>
 
@@ -524,6 +525,90 @@ CompletionBody parse_completion(std::string_view body, bool chat, const Tokenize
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
     if (!b["stream_options"].is_object()) throw invalid("'stream_options' must be an object");
     out.include_usage = boolean(b["stream_options"], "include_usage", false);
+  }
+  return out;
+}
+
+EmbeddingBody parse_embeddings(std::string_view body, const Tokenizer& tok, int n_ctx,
+                               int64_t n_embd) {
+  const json b = parse_body(body);
+  if (b.contains("model") && !b["model"].is_null() && !b["model"].is_string())
+    throw invalid("'model' must be a string");
+  EmbeddingBody out;
+  if (b.contains("encoding_format") && !b["encoding_format"].is_null()) {
+    const json& f = b["encoding_format"];
+    if (f != "float" && f != "base64")
+      throw invalid("'encoding_format' must be \"float\" or \"base64\"");
+    out.base64 = f == "base64";
+  }
+  if (b.contains("dimensions") && !b["dimensions"].is_null() &&
+      (!b["dimensions"].is_number_integer() || b["dimensions"].get<int64_t>() != n_embd))
+    throw invalid(fmt::format(
+        "'dimensions' must be {}, this model's: its embeddings cannot be shortened", n_embd));
+  if (!b.contains("input") || b["input"].is_null())
+    throw invalid("'input' is required: a string, an array of strings or of token ids");
+  const json& in = b["input"];
+  const auto ids = [&](const json& a, const std::string& where) {
+    std::vector<int32_t> t;
+    for (const json& x : a) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tok.n_vocab())
+        throw invalid(fmt::format("{} must hold token ids of this vocabulary", where));
+      t.push_back(x.get<int32_t>());
+    }
+    return t;
+  };
+  const auto all_of = [](const json& a, bool (json::*is)() const noexcept) {
+    return std::all_of(a.begin(), a.end(), [&](const json& x) { return (x.*is)(); });
+  };
+  std::vector<std::string> where;
+  const auto text = [&](const json& t, const std::string& w) {
+    // An empty text has no meaning to embed (OpenAI refuses it too), BOS or not.
+    if (t.get_ref<const std::string&>().empty()) throw invalid(w + " is empty");
+    return encode_bounded(t.get<std::string>(), tok, n_ctx);
+  };
+  if (in.is_string()) {
+    out.inputs.push_back(text(in, "'input'"));
+    where.push_back("'input'");
+  } else if (in.is_array() && !in.empty() && all_of(in, &json::is_number_integer)) {
+    out.inputs.push_back(ids(in, "'input'"));
+    where.push_back("'input'");
+  } else if (in.is_array() && !in.empty() && in.size() <= 2048 &&
+             (all_of(in, &json::is_string) || all_of(in, &json::is_array))) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      where.push_back(fmt::format("input[{}]", i));
+      out.inputs.push_back(in[i].is_string() ? text(in[i], where.back())
+                                             : ids(in[i], where.back()));
+    }
+  } else {
+    throw invalid(
+        "'input' must be a string, an array of 1 to 2048 strings, an array of token ids or an "
+        "array of such arrays");
+  }
+  for (size_t i = 0; i < out.inputs.size(); ++i) {
+    if (out.inputs[i].empty()) throw invalid(fmt::format("{} is empty", where[i]));
+    if (int64_t(out.inputs[i].size()) >= n_ctx)
+      throw ApiError(400, "exceed_context_size_error",
+                     fmt::format("{} has {} tokens but a slot holds {} (-c)", where[i],
+                                 out.inputs[i].size(), n_ctx),
+                     {{"n_prompt_tokens", out.inputs[i].size()}, {"n_ctx", n_ctx}});
+  }
+  return out;
+}
+
+std::string base64_floats(const std::vector<float>& v) {
+  constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes(v.size() * 4, '\0');
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &v[i], 4);
+    for (int k = 0; k < 4; ++k) bytes[4 * i + size_t(k)] = char((u >> (8 * k)) & 0xFF);
+  }
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t chunk = 0;
+    for (size_t k = 0; k < 3; ++k) chunk = (chunk << 8) | (k < n ? uint8_t(bytes[i + k]) : 0u);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? kDigits[(chunk >> (18 - 6 * k)) & 63] : '=';
   }
   return out;
 }

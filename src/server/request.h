@@ -92,6 +92,20 @@ std::string render_chat(std::string_view body, const ChatSetup& chat);
 CompletionBody parse_completion(std::string_view body, bool chat, const Tokenizer& tok,
                                 const ChatSetup& setup, int n_ctx);
 
+// POST /v1/embeddings (and /embeddings): `input` as a string, an array of strings, an array of
+// token ids or an array of such arrays (at most 2048 inputs), each tokenized as llama.cpp does
+// (BOS and EOS as the model asks, special tokens parsed) and checked against n_ctx;
+// `encoding_format` float or base64; `dimensions` only as the model's own n_embd.
+struct EmbeddingBody {
+  std::vector<std::vector<int32_t>> inputs;
+  bool base64 = false;
+};
+EmbeddingBody parse_embeddings(std::string_view body, const Tokenizer& tok, int n_ctx,
+                               int64_t n_embd);
+
+// Floats as OpenAI's base64 encoding_format: their little-endian bytes in base64.
+std::string base64_floats(const std::vector<float>& v);
+
 // POST /tokenize: {content, add_special} -> the ids.
 std::vector<int32_t> parse_tokenize(std::string_view body, const Tokenizer& tok);
 // POST /detokenize: {tokens} -> the ids, each checked against the vocabulary.

@@ -1,15 +1,16 @@
 // libFuzzer target for the server's requests. A first byte below 0xF0 picks a body route
 // (server/request.h): the input is the body of a request to /v1/completions,
-// /v1/chat/completions (each built-in chat template), /tokenize or /detokenize, read with a real
-// tokenizer (stories260K's from ../shared when present, else a small one built here); an
-// ApiError is the normal outcome of a bad body. From 0xF0 up the input is raw bytes off a
+// /v1/chat/completions (each built-in chat template), /tokenize, /v1/embeddings or /detokenize,
+// read with a real tokenizer (stories260K's from ../shared when present, else a small one built
+// here); an ApiError is the normal outcome of a bad body. From 0xF0 up the input is raw bytes off a
 // connection for the transport's request parser (server/transport.h), fed in pieces whose size
 // the second byte sets, request after request as pipelining gives them; a status is the normal
 // outcome of a bad request. From 0xE0 to 0xEF the rest is a model's reply read for tool calls in
 // the syntax the byte picks (engine/tool_calls.h); a reply whose calls do not parse must come back
 // whole, and read as a stream in two pieces it must read as it does whole (engine/reply_reader.h).
-// A chat body's first byte over 8 picks the tool call syntax its template is taken to teach. Any other exception, a crash, a sanitizer report, a hang or a
-// broken invariant (bytes used beyond those given, a body over the limit) is a finding.
+// A chat body's first byte over 8 picks the tool call syntax its template is taken to teach. Any
+// other exception, a crash, a sanitizer report, a hang or a broken invariant (bytes used beyond
+// those given, a body over the limit) is a finding.
 #include <fmt/format.h>
 
 #include <cstddef>
@@ -158,8 +159,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ps::server::ChatSetup setup = chat_setups()[chat ? route - 2 : 0];
       setup.tool_format = static_cast<ps::ToolFormat>((data[0] / 8) % 9);
       ps::server::parse_completion(body, chat, tok, setup, /*n_ctx=*/4096);
-    } else if (route < 7) {
+    } else if (route < 6) {
       ps::server::parse_tokenize(body, tok);
+    } else if (route < 7) {
+      const ps::server::EmbeddingBody e = ps::server::parse_embeddings(body, tok, 256, 64);
+      for (const std::vector<int32_t>& in : e.inputs)
+        if (in.empty() || in.size() >= 256) std::abort();
     } else {
       tok.decode(ps::server::parse_detokenize(body, tok));
     }

@@ -145,7 +145,7 @@ def doctor_seeds() -> list:
 
 def server_request_seeds() -> list:
     """Request bodies as the server's tests send them; the first byte picks the route
-    (0-1 completions, 2-4 chat in each format, 5-6 tokenize, 7 detokenize; 0xF0 and up: raw
+    (0-1 completions, 2-4 chat in each format, 5 tokenize, 6 embeddings, 7 detokenize; 0xF0 and up: raw
     connection bytes for the transport's parser)."""
     completion = [
         b'{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}',
@@ -176,6 +176,8 @@ def server_request_seeds() -> list:
     # Chat in each built-in template (2-4) and, through the first byte's high bits, each tool
     # call syntax (the byte over 8, modulo 9).
     out += [bytes([r + 8 * f]) + b for r in (2, 3, 4) for b in chat for f in (0, 1, 2, 5)]
+    out += [b"\x06" + b'{"input": ["Once upon a time", "a"], "encoding_format": "base64"}',
+            b"\x06" + b'{"input": [[1, 2, 3], [4]], "dimensions": 64, "model": "m"}']
     out += [b"\x05" + b'{"content": "Once upon a time", "add_special": true}',
             b"\x07" + b'{"tokens": [1, 2, 3, 100]}']
     # Raw connection bytes for the transport's parser (0xF0, then the piece size).

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,8 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
 #include "stories_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -313,6 +316,93 @@ TEST(ModelContext, DeterministicLogitsDoNotDependOnTheBatch) {
     setenv("POLYSTACK_ISA", saved.c_str(), 1);
   std::printf("batch invariance checked at %zu ISA level(s), up to %s\n", levels.size(),
               levels.back().c_str());
+}
+
+// An embedding request's event: the pooled final hidden states.
+std::vector<float> embed(Engine& e, const std::vector<int32_t>& prompt, Pooling pooling) {
+  CompletionRequest r;
+  r.prompt = prompt;
+  r.embed = true;
+  r.pooling = pooling;
+  std::shared_ptr<Stream> s = e.submit(r);
+  if (!s) {
+    ADD_FAILURE() << "refused";
+    return {};
+  }
+  const Answer a = collect(*s);
+  EXPECT_EQ(a.text, "");
+  EXPECT_EQ(a.done.finish_reason, "stop");
+  EXPECT_EQ(a.done.prompt_tokens, int(prompt.size()));
+  EXPECT_EQ(a.done.completion_tokens, 0);
+  return a.done.embedding;
+}
+
+// Embeddings are the final hidden states after the output norm: the output matrix times the
+// last token's gives the logits the model gives for the next token; the poolings are the mean,
+// first and last of the per-token states; requests side by side in one pass and prompts cut
+// into chunks give the same vectors as one request at a time (llama-server -np 2 does not).
+TEST(Engine, EmbeddingsArePooledFinalHiddenStates) {
+  auto model = stories();
+  if (!model) GTEST_SKIP() << "stories260K.gguf not found in ../shared";
+  const Tokenizer& tok = *model->tokenizer;
+  const int64_t n_embd = model->model->params().n_embd, n_vocab = model->model->params().n_vocab;
+  const std::vector<std::vector<int32_t>> texts = {
+      tok.encode("Lily had a red ball. One day she went to the park with her mom", true, true),
+      tok.encode("The little dog ran and ran", true, true),
+      tok.encode("Once upon a time there was a big tree in the garden of a small house", true,
+                 true)};
+  ContextOptions o = on_cpu(1024, 8);  // prompts in chunks of 8
+  o.deterministic = true;
+  std::vector<std::vector<float>> rows, mean, cls, last;
+  {
+    Engine one(model, o, 1, 8);
+    for (const auto& t : texts) {
+      rows.push_back(embed(one, t, Pooling::none));
+      mean.push_back(embed(one, t, Pooling::mean));
+      cls.push_back(embed(one, t, Pooling::cls));
+      last.push_back(embed(one, t, Pooling::last));
+    }
+    // The slot and its cells are free again: a completion still runs.
+    EXPECT_EQ(collect(*one.submit(greedy(tok, "Once upon", 3))).done.completion_tokens, 3);
+  }
+  const gguf::TensorInfo* out = model->file->find_tensor("output.weight");
+  ASSERT_TRUE(out && out->type == DType::F32);
+  const float* w = reinterpret_cast<const float*>(out->data);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const size_t n = texts[i].size();
+    ASSERT_EQ(rows[i].size(), n * size_t(n_embd));
+    ASSERT_EQ(mean[i].size(), size_t(n_embd));
+    for (int64_t j = 0; j < n_embd; ++j) {
+      double sum = 0;
+      for (size_t t = 0; t < n; ++t) sum += rows[i][t * size_t(n_embd) + size_t(j)];
+      EXPECT_NEAR(mean[i][size_t(j)], sum / double(n), 1e-5) << i << " " << j;
+      EXPECT_EQ(cls[i][size_t(j)], rows[i][size_t(j)]);
+      EXPECT_EQ(last[i][size_t(j)], rows[i][(n - 1) * size_t(n_embd) + size_t(j)]);
+    }
+    // output.weight x the last state = the logits of the next token.
+    ModelContext ctx(model, on_cpu(1024));
+    const std::vector<float> logits = ctx.eval(texts[i]);
+    float worst = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) {
+      double dot = 0;
+      for (int64_t j = 0; j < n_embd; ++j) dot += double(w[v * n_embd + j]) * last[i][size_t(j)];
+      worst = std::max(worst, float(std::abs(dot - logits[size_t(v)])));
+    }
+    EXPECT_LT(worst, 2e-3) << "text " << i;
+  }
+  // Side by side: two slots, all three at once with a completion among them.
+  Engine two(model, o, 2, 8);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (const auto& t : texts) {
+    CompletionRequest r;
+    r.prompt = t;
+    r.embed = true;
+    streams.push_back(two.submit(r));
+  }
+  std::shared_ptr<Stream> text = two.submit(greedy(tok, "The little dog", 6));
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(collect(*streams[i]).done.embedding, mean[i]) << "text " << i << " side by side";
+  EXPECT_EQ(collect(*text).done.completion_tokens, 6);
 }
 
 // The engine's cells come from one pool: a follow-up that repeats a finished conversation

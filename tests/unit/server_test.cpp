@@ -358,6 +358,57 @@ TEST(ServerTools, TemplatesGetArgumentsAsObjects) {
   EXPECT_NE(text.find("\"name\": \"get_weather\""), std::string::npos) << "the tools are listed";
 }
 
+TEST(ServerEmbeddings, InputsAndFields) {
+  auto m = stories();
+  if (!m) GTEST_SKIP() << "stories260K not found in ../shared/models";
+  const Tokenizer& tok = *m->tokenizer;
+  EmbeddingBody b = parse_embeddings(R"({"input": "Once upon", "encoding_format": "base64",
+                                          "dimensions": 64})",
+                                     tok, 64, 64);
+  ASSERT_EQ(b.inputs.size(), 1u);
+  EXPECT_EQ(b.inputs[0], tok.encode("Once upon", true, true));
+  EXPECT_TRUE(b.base64);
+  b = parse_embeddings(R"({"input": ["a", "b c"]})", tok, 64, 64);
+  ASSERT_EQ(b.inputs.size(), 2u);
+  EXPECT_EQ(b.inputs[1], tok.encode("b c", true, true));
+  EXPECT_EQ(parse_embeddings(R"({"input": [1, 2, 3]})", tok, 64, 64).inputs,
+            (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  EXPECT_EQ(parse_embeddings(R"({"input": [[1], [2, 3]]})", tok, 64, 64).inputs,
+            (std::vector<std::vector<int32_t>>{{1}, {2, 3}}));
+  const auto error = [&](const std::string& body) {
+    try {
+      parse_embeddings(body, tok, 64, 64);
+    } catch (const ApiError& e) {
+      return fmt::format("{} {}: {}", e.status, e.type, e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"input": ""})"), "400 invalid_request_error: 'input' is empty");
+  EXPECT_EQ(error(R"({"input": ["a", ""]})"), "400 invalid_request_error: input[1] is empty");
+  EXPECT_EQ(error(R"({"input": [[1], []]})"), "400 invalid_request_error: input[1] is empty");
+  EXPECT_EQ(error(R"({})").rfind("400 invalid_request_error: 'input' is required", 0), 0u);
+  EXPECT_EQ(error(R"({"input": [1, "a"]})").rfind("400 invalid_request_error: 'input' must be", 0),
+            0u);
+  EXPECT_EQ(error(R"({"input": [[1, -2]]})"),
+            "400 invalid_request_error: input[0] must hold token ids of this vocabulary");
+  EXPECT_EQ(error(R"({"input": "a", "dimensions": 32})"),
+            "400 invalid_request_error: 'dimensions' must be 64, this model's: its embeddings "
+            "cannot be shortened");
+  EXPECT_EQ(error(R"({"input": "a", "encoding_format": "hex"})"),
+            "400 invalid_request_error: 'encoding_format' must be \"float\" or \"base64\"");
+  EXPECT_EQ(error(fmt::format(R"({{"input": ["a", "{}"]}})", std::string(300, 'z')))
+                .rfind("400 exceed_context_size_error: ", 0),
+            0u);
+  std::string many = R"({"input": [)";
+  for (int i = 0; i < 2049; ++i) many += std::string(i ? "," : "") + "\"a\"";
+  EXPECT_EQ(error(many + "]}").rfind("400 invalid_request_error: 'input' must be", 0), 0u);
+  // base64: the floats' little-endian bytes (1.0f is 00 00 80 3f; -2.5f is 00 00 20 c0).
+  EXPECT_EQ(base64_floats({1.0f}), "AACAPw==");
+  EXPECT_EQ(base64_floats({1.0f, -2.5f}), "AACAPwAAIMA=");
+  EXPECT_EQ(base64_floats({1.0f, -2.5f, 0.0f}), "AACAPwAAIMAAAAAA");
+  EXPECT_EQ(base64_floats({}), "");
+}
+
 TEST(ServerRequest, DamagedBodiesOnlyEverGiveApiErrors) {
   auto m = stories();
   if (!m) GTEST_SKIP() << "stories260K not found in ../shared/models";
