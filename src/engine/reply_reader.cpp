@@ -6,7 +6,9 @@ namespace ps {
 
 ReplyReader::Parts ReplyReader::feed(const std::string& piece, bool last) {
   Parts out;
-  if (o_.split_reasoning) {
+  if (o_.format == ToolFormat::gpt_oss && o_.split_reasoning) {
+    read_harmony(piece, last, out);
+  } else if (o_.split_reasoning) {
     ThinkingSplitter::Parts p = thinking_.feed(piece, last);
     out.reasoning = std::move(p.thinking);
     read_answer(p.answer, last, out);
@@ -14,6 +16,86 @@ ReplyReader::Parts ReplyReader::feed(const std::string& piece, bool last) {
     read_answer(piece, last, out);
   }
   return out;
+}
+
+void ReplyReader::read_harmony(const std::string& text, bool last, Parts& out) {
+  constexpr std::string_view kMessage = "<|message|>", kEnd = "<|end|>", kStart = "<|start|>";
+  pending_ += text;
+  const auto route = [&](std::string_view t) {
+    switch (channel_) {
+      case Channel::thinking:
+        out.reasoning += t;
+        break;
+      case Channel::call:
+        calls_ += t;
+        break;
+      default:
+        out.content += t;
+    }
+  };
+  for (;;) {
+    if (channel_ == Channel::plain) {  // text outside the markup: the answer, as it comes
+      route(pending_);
+      pending_.clear();
+      break;
+    }
+    if (channel_ == Channel::header) {
+      // A header starts with a mark; text that does not is plain, as is a header never ended.
+      const size_t a = pending_.find_first_not_of(" \t\r\n");
+      if (a != std::string::npos && pending_[a] != '<') {
+        channel_ = Channel::plain;
+        continue;
+      }
+      const size_t at = pending_.find(kMessage);
+      if (at == std::string::npos) {
+        if (last) {
+          channel_ = Channel::plain;
+          continue;
+        }
+        break;
+      }
+      const std::string head = pending_.substr(0, at);
+      if (head.find("<|channel|>") == std::string::npos) {
+        channel_ = Channel::plain;
+        continue;
+      }
+      const bool call = head.find("to=functions.") != std::string::npos;
+      channel_ = call && o_.tools                                        ? Channel::call
+                 : head.find("<|channel|>analysis") != std::string::npos ? Channel::thinking
+                                                                         : Channel::answer;
+      if (channel_ == Channel::call) calls_ += head + std::string(kMessage);
+      pending_.erase(0, at + kMessage.size());
+      continue;
+    }
+    // A message's body: up to <|end|> (or the next <|start|>, when a model leaves out the end).
+    const size_t end = std::min(pending_.find(kEnd), pending_.find(kStart));
+    if (end != std::string::npos) {
+      route(std::string_view(pending_).substr(0, end));
+      if (channel_ == Channel::call) calls_ += "\n";
+      pending_.erase(0, pending_.compare(end, kEnd.size(), kEnd) == 0 ? end + kEnd.size() : end);
+      channel_ = Channel::header;
+      continue;
+    }
+    size_t keep = 0;
+    if (!last)
+      for (const std::string_view m : {kEnd, kStart})
+        for (size_t k = std::min(m.size() - 1, pending_.size()); k > keep; --k)
+          if (pending_.compare(pending_.size() - k, k, m, 0, k) == 0) {
+            keep = k;
+            break;
+          }
+    route(std::string_view(pending_).substr(0, pending_.size() - keep));
+    pending_.erase(0, pending_.size() - keep);
+    break;
+  }
+  if (last && !calls_.empty()) {
+    ToolReply r = parse_tool_calls(ToolFormat::gpt_oss, calls_);
+    if (r.parsed && !r.calls.empty())
+      out.calls = std::move(r.calls);
+    else
+      out.content += calls_;
+    calls_.clear();
+  }
 }
 
 void ReplyReader::read_answer(const std::string& text, bool last, Parts& out) {

@@ -29,6 +29,13 @@ class ReplyReader {
 
  private:
   void read_answer(const std::string& text, bool last, Parts& out);
+  // gpt-oss's messages (harmony): <|channel|>NAME[ to=RECIPIENT][ <|constrain|>json]<|message|>
+  // BODY<|end|>, the next led by <|start|>assistant. The analysis channel is the thinking,
+  // final and commentary the answer, a message to functions.NAME a call.
+  void read_harmony(const std::string& text, bool last, Parts& out);
+  enum class Channel { header, thinking, answer, call, plain };
+  Channel channel_ = Channel::header;
+  std::string calls_;  // the call messages, as written, parsed when the reply ends
   Options o_;
   ThinkingSplitter thinking_;
   std::string pending_;        // answer text that may begin a call's mark

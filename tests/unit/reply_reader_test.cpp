@@ -103,6 +103,44 @@ TEST(ReplyReader, ThinkingThenCall) {
   EXPECT_EQ(w.calls[0].arguments, R"({"c":"Oslo"})");
 }
 
+TEST(ReplyReader, GptOssChannels) {
+  const ReplyReader::Options o{true, false, true, ToolFormat::gpt_oss};
+  Whole w = read_every_way(
+      o,
+      "<|channel|>analysis<|message|>The user wants Oslo's weather.<|end|><|start|>assistant"
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(w.reasoning, "The user wants Oslo's weather.");
+  EXPECT_EQ(w.content, "");
+  ASSERT_EQ(w.calls.size(), 1u);
+  EXPECT_EQ(w.calls[0].name, "get_weather");
+  EXPECT_EQ(w.calls[0].arguments, R"({"city":"Oslo"})");
+  w = read_every_way(o,
+                     "<|channel|>analysis<|message|>Simple greeting.<|end|><|start|>assistant"
+                     "<|channel|>final<|message|>Hello there!");
+  EXPECT_EQ(w.reasoning, "Simple greeting.");
+  EXPECT_EQ(w.content, "Hello there!");
+  EXPECT_TRUE(w.calls.empty());
+  // The thinking streams as it comes, the end mark held back until it is told apart.
+  const Whole parts = read(o, {"<|channel|>analysis<|message|>Think", "ing<|e", "nd|><|start|>",
+                               "assistant<|channel|>final<|message|>Hi", "!"});
+  EXPECT_EQ(parts.reasoning, "Thinking");
+  EXPECT_EQ(parts.sent_early, "Hi");
+  EXPECT_EQ(parts.content, "Hi!");
+  // Without tools a call message is text; a reply without the markup is all answer.
+  const ReplyReader::Options no_tools{true, false, false, ToolFormat::gpt_oss};
+  w = read(no_tools, {"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}"});
+  EXPECT_TRUE(w.calls.empty());
+  EXPECT_EQ(w.content, "{}");
+  w = read(no_tools, {"Plain", " words"});
+  EXPECT_EQ(w.sent_early, "Plain");
+  EXPECT_EQ(w.content, "Plain words");
+  // A call whose arguments do not parse comes back as content.
+  w = read(o, {"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":"});
+  EXPECT_TRUE(w.calls.empty());
+  EXPECT_NE(w.content.find("to=functions.f"), std::string::npos) << w.content;
+}
+
 TEST(ReplyReader, NoToolsNoHolding) {
   const ReplyReader::Options o{false, false, false, ToolFormat::hermes};
   const Whole w = read(o, {"<tool_call>", "{}", "x"});
