@@ -381,6 +381,11 @@ Rendered render(const ojson& b, const ChatSetup& chat) {
   Rendered out;
   out.tools = read_tools(b);
   const bool generic = chat.tool_format == ToolFormat::none;
+  // Earlier calls and results are rewritten in the generic form only for templates that have
+  // no place of their own for tool messages (whose source never names the role).
+  const std::string_view src = chat.tmpl ? std::string_view(chat.tmpl->choice().source) : "";
+  const bool rewrite = generic && src.find("'tool'") == std::string_view::npos &&
+                       src.find("\"tool\"") == std::string_view::npos;
   ojson vars = ojson::object();
   ojson messages = ojson::array();
   for (size_t i = 0; i < b["messages"].size(); ++i) {
@@ -400,7 +405,7 @@ Rendered render(const ojson& b, const ChatSetup& chat) {
       m["content"] = content_text(json(m["content"]), where + ".content");
     if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
       m["tool_calls"] = read_tool_calls(m["tool_calls"], where);
-    if (generic) write_generic(m);
+    if (rewrite) write_generic(m);
     messages.push_back(std::move(m));
   }
   if (generic && out.tools.active()) {

@@ -83,7 +83,8 @@ struct ChatSetup {
 // on the request's data, is a 400 naming the template's message. Tools (checked as
 // read_tools does) are left out with tool_choice "none"; the arguments of earlier calls reach
 // the template as objects. With the generic form, a system message lists the tools, and
-// earlier calls and their results are written as that form's JSON.
+// earlier calls and their results are written as that form's JSON (unless the template names
+// the 'tool' role: it has its own place for them).
 std::string render_chat(std::string_view body, const ChatSetup& chat);
 
 // The body of POST /v1/completions (chat false) or /v1/chat/completions (chat true: rendered

@@ -488,14 +488,17 @@ def check_serve(b, model):
         proc, port = start_server(b, model, ["--metrics", "-np", "2"], log,
                                   {"POLYSTACK_TEST_STEP_DELAY_MS": "5"})
         try:
-            for field, value in (("tools", [{"type": "function", "function": {"name": "f"}}]),
-                                 ("tool_choice", "auto")):
+            for field, value, want in (
+                    ("tools", [{"type": "function", "function": {"name": "f g"}}],
+                     "tools[0].function.name 'f g' must be"),
+                    ("tool_choice", "always", "'tool_choice' must be"),
+                    ("functions", [], "'functions' is the deprecated form of tools")):
                 status, body = request(port, "POST", "/v1/chat/completions",
                                        {"messages": [{"role": "user", "content": "hi"}],
                                         field: value, "max_tokens": 2})
                 msg = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
-                check(status == 400 and msg.startswith(f"'{field}' is not supported yet"),
-                      f"a request with {field}: 400 naming it", body)
+                check(status == 400 and msg.startswith(want),
+                      f"a request with a malformed {field}: 400 naming it", body)
             status, body = request(port, "POST", "/v1/completions",
                                    {"prompt": "Once", "logprobs": 7, "max_tokens": 2})
             check(status == 400 and "'logprobs'" in str(body),

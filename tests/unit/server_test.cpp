@@ -335,6 +335,14 @@ TEST(ServerTools, GenericFormHistoryAndSystemMessage) {
       chatml.setup);
   EXPECT_EQ(with_system.rfind("<|im_start|>system\nBe brief.\n\nYou can call these tools", 0), 0u)
       << with_system;
+  // A template that names the tool role keeps its own place for results.
+  jinja::ChatTemplate own({"{% for m in messages %}{{ m.role }}{{ '!' if m.role == 'tool' }}|"
+                           "{% endfor %}",
+                           "test", "test"},
+                          "", "", false);
+  const ChatSetup own_setup{&own, std::nullopt, ToolFormat::none};
+  EXPECT_EQ(render_chat(std::string(kHistory) + kTools + "}", own_setup),
+            "system|user|assistant|tool!|");
 }
 
 TEST(ServerTools, TemplatesGetArgumentsAsObjects) {
