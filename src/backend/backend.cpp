@@ -2,44 +2,39 @@
 
 namespace ps {
 
+namespace {
+
+// Each API's id (flags, device specs, JSON) and the name people know it by.
+struct ApiNames {
+  Api api;
+  std::string_view id, display;
+};
+constexpr ApiNames kApiNames[] = {
+    {Api::Cpu, "cpu", "CPU"},
+    {Api::Cuda, "cuda", "CUDA"},
+    {Api::Hip, "hip", "HIP"},
+    {Api::Metal, "metal", "Metal"},
+    {Api::Vulkan, "vulkan", "Vulkan"},
+    {Api::OpenCL, "opencl", "OpenCL"},
+    {Api::DirectML, "directml", "DirectML"},
+};
+
+const ApiNames* names_of(Api api) {
+  for (const ApiNames& n : kApiNames)
+    if (n.api == api) return &n;
+  return nullptr;
+}
+
+}  // namespace
+
 std::string_view api_name(Api api) {
-  switch (api) {
-    case Api::Cpu:
-      return "cpu";
-    case Api::Cuda:
-      return "cuda";
-    case Api::Hip:
-      return "hip";
-    case Api::Metal:
-      return "metal";
-    case Api::Vulkan:
-      return "vulkan";
-    case Api::OpenCL:
-      return "opencl";
-    case Api::DirectML:
-      return "directml";
-  }
-  return "?";
+  const ApiNames* n = names_of(api);
+  return n ? n->id : "?";
 }
 
 std::string_view api_display_name(Api api) {
-  switch (api) {
-    case Api::Cpu:
-      return "CPU";
-    case Api::Cuda:
-      return "CUDA";
-    case Api::Hip:
-      return "HIP";
-    case Api::Metal:
-      return "Metal";
-    case Api::Vulkan:
-      return "Vulkan";
-    case Api::OpenCL:
-      return "OpenCL";
-    case Api::DirectML:
-      return "DirectML";
-  }
-  return "?";
+  const ApiNames* n = names_of(api);
+  return n ? n->display : "?";
 }
 
 std::string_view device_kind_name(DeviceKind k) {

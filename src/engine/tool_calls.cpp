@@ -102,8 +102,11 @@ bool calls_of(const json& j, std::vector<ToolCall>& out, const char* name_key = 
 ToolReply unparsed(std::string_view text) { return ToolReply{std::string(text), {}, false}; }
 ToolReply plain(std::string_view text) { return ToolReply{std::string(text), {}, true}; }
 
-// <open> JSON <close>, repeated; text between the blocks is the content.
-ToolReply tagged_json(std::string_view text, std::string_view open, std::string_view close) {
+// Calls in blocks that begin with `open`: `block` reads one from just after it into the
+// reply's calls and returns where it stopped (npos: it does not parse, and the reply comes
+// back whole); `close` is skipped where it follows. The text between blocks is the content.
+template <typename F>
+ToolReply blocks(std::string_view text, std::string_view open, std::string_view close, F block) {
   ToolReply r;
   size_t at = 0;
   for (;;) {
@@ -113,9 +116,8 @@ ToolReply tagged_json(std::string_view text, std::string_view open, std::string_
       break;
     }
     r.content += text.substr(at, start - at);
-    size_t end = 0;
-    const std::optional<json> j = json_at(text, start + open.size(), end);
-    if (!j || !calls_of(*j, r.calls)) return unparsed(text);
+    const size_t end = block(start + open.size(), r.calls);
+    if (end == std::string_view::npos) return unparsed(text);
     at = text.find_first_not_of(kSpace, end);
     if (at == std::string_view::npos) break;
     if (!close.empty() && text.substr(at, close.size()) == close) at += close.size();
@@ -124,54 +126,52 @@ ToolReply tagged_json(std::string_view text, std::string_view open, std::string_
   return r;
 }
 
+// <open> JSON <close>, repeated.
+ToolReply tagged_json(std::string_view text, std::string_view open, std::string_view close) {
+  return blocks(text, open, close, [&](size_t from, std::vector<ToolCall>& calls) {
+    size_t end = 0;
+    const std::optional<json> j = json_at(text, from, end);
+    return j && calls_of(*j, calls) ? end : std::string_view::npos;
+  });
+}
+
+// <tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function></tool_call>
 ToolReply parse_qwen3_coder(std::string_view text) {
-  ToolReply r;
-  size_t at = 0;
-  for (;;) {
-    const size_t start = text.find("<tool_call>", at);
-    if (start == std::string_view::npos) {
-      r.content += text.substr(at);
-      break;
-    }
-    r.content += text.substr(at, start - at);
-    size_t p = text.find("<function=", start);
-    if (p == std::string_view::npos) return unparsed(text);
-    p += 10;
-    const size_t name_end = text.find('>', p);
-    if (name_end == std::string_view::npos) return unparsed(text);
-    ToolCall c{"", std::string(trim(text.substr(p, name_end - p))), ""};
-    json args = json::object();
-    p = name_end + 1;
-    for (;;) {
-      const size_t q = text.find_first_not_of(kSpace, p);
-      if (q != std::string_view::npos && text.substr(q, 11) == "<parameter=") {
-        const size_t key_end = text.find('>', q + 11);
-        const size_t value_end = text.find("</parameter>", q);
-        if (key_end == std::string_view::npos || value_end == std::string_view::npos ||
-            value_end < key_end)
-          return unparsed(text);
-        std::string_view v = text.substr(key_end + 1, value_end - key_end - 1);
-        if (!v.empty() && v.front() == '\n') v.remove_prefix(1);
-        if (!v.empty() && v.back() == '\n') v.remove_suffix(1);
-        const json parsed = json::parse(v, nullptr, false);
-        args[std::string(trim(text.substr(q + 11, key_end - q - 11)))] =
-            parsed.is_discarded() ? json(std::string(v)) : parsed;
-        p = value_end + 12;
-        continue;
-      }
-      if (q == std::string_view::npos || text.substr(q, 11) != "</function>") return unparsed(text);
-      p = q + 11;
-      break;
-    }
-    if (c.name.empty()) return unparsed(text);
-    c.arguments = args.dump();
-    r.calls.push_back(std::move(c));
-    at = text.find_first_not_of(kSpace, p);
-    if (at == std::string_view::npos) break;
-    if (text.substr(at, 12) == "</tool_call>") at += 12;
-  }
-  r.content = std::string(trim(r.content));
-  return r;
+  constexpr size_t npos = std::string_view::npos;
+  return blocks(text, "<tool_call>", "</tool_call>",
+                [&](size_t from, std::vector<ToolCall>& calls) {
+                  size_t p = text.find("<function=", from);
+                  if (p == npos) return npos;
+                  p += 10;
+                  const size_t name_end = text.find('>', p);
+                  if (name_end == npos) return npos;
+                  ToolCall c{"", std::string(trim(text.substr(p, name_end - p))), ""};
+                  json args = json::object();
+                  p = name_end + 1;
+                  for (;;) {
+                    const size_t q = text.find_first_not_of(kSpace, p);
+                    if (q != npos && text.substr(q, 11) == "<parameter=") {
+                      const size_t key_end = text.find('>', q + 11);
+                      const size_t value_end = text.find("</parameter>", q);
+                      if (key_end == npos || value_end == npos || value_end < key_end) return npos;
+                      std::string_view v = text.substr(key_end + 1, value_end - key_end - 1);
+                      if (!v.empty() && v.front() == '\n') v.remove_prefix(1);
+                      if (!v.empty() && v.back() == '\n') v.remove_suffix(1);
+                      const json parsed = json::parse(v, nullptr, false);
+                      args[std::string(trim(text.substr(q + 11, key_end - q - 11)))] =
+                          parsed.is_discarded() ? json(std::string(v)) : parsed;
+                      p = value_end + 12;
+                      continue;
+                    }
+                    if (q == npos || text.substr(q, 11) != "</function>") return npos;
+                    p = q + 11;
+                    break;
+                  }
+                  if (c.name.empty()) return npos;
+                  c.arguments = args.dump();
+                  calls.push_back(std::move(c));
+                  return p;
+                });
 }
 
 // NAME.call(key="value", n=3), Llama 3.1's built-in tools after <|python_tag|>.

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 
+#include "tokenizer/unicode_text.h"
+
 namespace ps::grammar {
 
 bool CharSet::intersects(uint32_t lo, uint32_t hi) const {
@@ -164,19 +166,15 @@ class Parser {
           fail(fmt::format("unknown escape '\\{}'", e));
       }
     }
-    const int len = b < 0x80           ? 1
-                    : (b >> 5) == 0x6  ? 2
-                    : (b >> 4) == 0xE  ? 3
-                    : (b >> 3) == 0x1E ? 4
-                                       : 0;
-    if (len == 0 || pos_ + size_t(len) > s_.size()) fail("invalid UTF-8 in the grammar");
-    uint32_t c = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    for (int i = 1; i < len; ++i) {
-      const auto cb = uint8_t(s_[pos_ + size_t(i)]);
+    uint32_t c = 0;
+    const size_t len = unicode::utf8_lead(b, c);
+    if (len == 0 || pos_ + len > s_.size()) fail("invalid UTF-8 in the grammar");
+    for (size_t i = 1; i < len; ++i) {
+      const auto cb = uint8_t(s_[pos_ + i]);
       if ((cb & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
       c = (c << 6) | (cb & 0x3F);
     }
-    pos_ += size_t(len);
+    pos_ += len;
     return c;
   }
   uint32_t hex(int digits) {

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/unicode_text.h"
+
 namespace ps::grammar {
 namespace {
 
@@ -82,16 +84,7 @@ std::string lit(std::string_view utf8) {
 
 std::string utf8(uint32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += char(c);
-  } else if (c < 0x800) {
-    s += char(0xC0 | (c >> 6)), s += char(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += char(0xE0 | (c >> 12)), s += char(0x80 | ((c >> 6) & 0x3F)), s += char(0x80 | (c & 0x3F));
-  } else {
-    s += char(0xF0 | (c >> 18)), s += char(0x80 | ((c >> 12) & 0x3F));
-    s += char(0x80 | ((c >> 6) & 0x3F)), s += char(0x80 | (c & 0x3F));
-  }
+  unicode::append_utf8(s, c);
   return s;
 }
 
@@ -823,7 +816,6 @@ class Compiler {
   }
 
  private:
-
   std::string prim(const std::string& name) {
     if (used_.insert(name).second)
       for (const Primitive& p : primitives())

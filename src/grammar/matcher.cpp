@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "tokenizer/unicode_text.h"
+
 namespace ps::grammar {
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) { reset(); }
@@ -81,16 +83,11 @@ bool Matcher::step(State& st, std::string_view bytes) const {
       if ((b & 0xC0) != 0x80) return false;
       st.partial = (st.partial << 6) | (b & 0x3F);
       --st.need;
-    } else if (b < 0x80) {
-      st.partial = b, st.least = 0;
-    } else if ((b >> 5) == 0x6) {
-      st.partial = b & 0x1F, st.need = 1, st.least = 0x80;
-    } else if ((b >> 4) == 0xE) {
-      st.partial = b & 0x0F, st.need = 2, st.least = 0x800;
-    } else if ((b >> 3) == 0x1E) {
-      st.partial = b & 0x07, st.need = 3, st.least = 0x10000;
     } else {
-      return false;  // not a UTF-8 lead byte
+      const size_t len = unicode::utf8_lead(b, st.partial);
+      if (len == 0) return false;  // not a UTF-8 lead byte
+      st.need = int(len - 1);
+      st.least = unicode::utf8_least(len);
     }
     if (st.need > 0) continue;
     // An overlong form (C1 BB for '{'), a surrogate or a code point past U+10FFFF is not UTF-8:
@@ -117,14 +114,9 @@ bool Matcher::step(State& st, std::string_view bytes) const {
 bool Matcher::allows(std::string_view bytes) const {
   // Most pieces fail on their first character: that is judged without copying the stacks.
   if (!bytes.empty() && st_.need == 0) {
-    const auto b = uint8_t(bytes[0]);
-    const size_t len = b < 0x80           ? 1
-                       : (b >> 5) == 0x6  ? 2
-                       : (b >> 4) == 0xE  ? 3
-                       : (b >> 3) == 0x1E ? 4
-                                          : 0;
+    uint32_t c = 0;
+    const size_t len = unicode::utf8_lead(uint8_t(bytes[0]), c);
     if (len == 0) return false;
-    uint32_t c = len == 1 ? b : len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
     size_t i = 1;
     for (; i < len && i < bytes.size(); ++i) {
       const auto cb = uint8_t(bytes[i]);
@@ -133,7 +125,7 @@ bool Matcher::allows(std::string_view bytes) const {
     }
     // A character cut by the piece's end: the range of those it could be (in the shortest
     // form only).
-    const uint32_t least = len == 1 ? 0 : len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    const uint32_t least = unicode::utf8_least(len);
     const uint32_t shift = 6 * uint32_t(len - i);
     const uint32_t lo = std::max(c << shift, least);
     const uint32_t hi = std::min<uint32_t>((c << shift) | ((1u << shift) - 1), 0x10FFFF);

@@ -327,18 +327,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const size_t want = params_.temp <= 0.0f ? 1
                       : use_top_k          ? size_t(params_.top_k)
                                            : size_t(n_vocab_);
-  compute_penalized(logits);
-  rank_key_.assign(logits.begin(), logits.end());
-  for (float& v : rank_key_) v = sanitize(v);
-  for (const TokenLogit& p : penalized_) rank_key_[size_t(p.id)] = p.logit;
-  order_.resize(size_t(n_vocab_));
-  for (int32_t t = 0; t < n_vocab_; ++t) order_[size_t(t)] = t;
-  const size_t ranked = std::min<size_t>(order_.size(), std::max<size_t>(want, 512));
-  std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(ranked), order_.end(),
-                    [&](int32_t a, int32_t b) {
-                      return rank_key_[size_t(a)] > rank_key_[size_t(b)] ||
-                             (rank_key_[size_t(a)] == rank_key_[size_t(b)] && a < b);
-                    });
+  rank_keys(logits);
+  const size_t ranked = std::min<size_t>(size_t(n_vocab_), std::max<size_t>(want, 512));
+  rank_best(ranked);
   masked_.assign(size_t(n_vocab_), kNegInf);
   size_t found = 0;
   const auto test = [&](int32_t t) {
@@ -352,12 +343,26 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return found > 0 ? pick(masked_) : -1;
 }
 
-float Sampler::logprobs(std::span<const float> logits, int32_t chosen, int n_top,
-                       std::vector<TokenLogit>& top) {
+void Sampler::rank_keys(std::span<const float> logits) {
   compute_penalized(logits);
   rank_key_.assign(logits.begin(), logits.end());
   for (float& v : rank_key_) v = sanitize(v);
   for (const TokenLogit& p : penalized_) rank_key_[size_t(p.id)] = p.logit;
+}
+
+void Sampler::rank_best(size_t k) {
+  order_.resize(size_t(n_vocab_));
+  for (int32_t t = 0; t < n_vocab_; ++t) order_[size_t(t)] = t;
+  std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(k), order_.end(),
+                    [&](int32_t a, int32_t b) {
+                      return rank_key_[size_t(a)] > rank_key_[size_t(b)] ||
+                             (rank_key_[size_t(a)] == rank_key_[size_t(b)] && a < b);
+                    });
+}
+
+float Sampler::logprobs(std::span<const float> logits, int32_t chosen, int n_top,
+                        std::vector<TokenLogit>& top) {
+  rank_keys(logits);
   if (filter_)
     for (int32_t t = 0; t < n_vocab_; ++t)
       if (rank_key_[size_t(t)] != kNegInf && !filter_->allows(t)) rank_key_[size_t(t)] = kNegInf;
@@ -374,13 +379,7 @@ float Sampler::logprobs(std::span<const float> logits, int32_t chosen, int n_top
   top.clear();
   const size_t k = std::min<size_t>(size_t(std::max(n_top, 0)), size_t(n_vocab_));
   if (k > 0) {
-    order_.resize(size_t(n_vocab_));
-    for (int32_t t = 0; t < n_vocab_; ++t) order_[size_t(t)] = t;
-    std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(k), order_.end(),
-                      [&](int32_t a, int32_t b) {
-                        return rank_key_[size_t(a)] > rank_key_[size_t(b)] ||
-                               (rank_key_[size_t(a)] == rank_key_[size_t(b)] && a < b);
-                      });
+    rank_best(k);
     for (size_t i = 0; i < k; ++i)
       if (rank_key_[size_t(order_[i])] != kNegInf) top.push_back({order_[i], lp(order_[i])});
   }

@@ -80,6 +80,10 @@ class Sampler {
   void apply_nucleus(bool ranked);
   int32_t draw();
   int32_t pick(std::span<const float> logits);
+  // rank_key_: each token's logit after the penalties (what a filter's draws rank by).
+  void rank_keys(std::span<const float> logits);
+  // order_: the tokens, the k best by rank_key_ first (ties by id) and in order.
+  void rank_best(size_t k);
 
   SamplerParams params_;
   int32_t n_vocab_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/unicode_text.h"
 
 namespace ps {
 
@@ -112,7 +113,7 @@ std::string format_float(double x);  // repr(float)
 
 // UTF-8 by code point, as Python indexes strings.
 std::vector<uint32_t> code_points(std::string_view s);
-void append_utf8(std::string& out, uint32_t cp);
+using unicode::append_utf8;
 size_t char_count(std::string_view s);
 bool is_py_space(uint32_t cp);
 

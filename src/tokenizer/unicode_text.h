@@ -16,6 +16,20 @@ inline size_t utf8_sequence_length(char lead) {
   return kLengths[uint8_t(lead) >> 4];
 }
 
+// Strictly: the length of the sequence lead byte `b` starts (0 for a continuation byte or a
+// byte no well-formed sequence starts with), its payload bits in `bits`.
+inline size_t utf8_lead(uint8_t b, uint32_t& bits) {
+  if (b < 0x80) return bits = b, 1;
+  if ((b >> 5) == 0x6) return bits = b & 0x1Fu, 2;
+  if ((b >> 4) == 0xE) return bits = b & 0x0Fu, 3;
+  if ((b >> 3) == 0x1E) return bits = b & 0x07u, 4;
+  return 0;
+}
+// The smallest code point a sequence of `len` bytes may encode (a smaller one is overlong).
+inline uint32_t utf8_least(size_t len) {
+  return len <= 1 ? 0 : len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+}
+
 // Decodes UTF-8; each byte that does not start a well-formed sequence becomes U+FFFD on its
 // own. Overlong forms are accepted, as llama.cpp does.
 std::vector<uint32_t> decode_utf8(std::string_view text);

@@ -22,21 +22,14 @@ import subprocess
 import sys
 import tempfile
 
-problems = []
+import servertest
+from servertest import check, problems
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                           "json_schemas")
 # (temperature, seed) per schema.
 RUNS = [("0", "1"), ("0.6", "2"), ("1.0", "3"), ("1.5", "4")]
 MIN_ENDED = 0.8
-
-
-def check(ok, what, detail=""):
-    if ok:
-        print("ok:", what)
-    else:
-        print("FAIL:", what, detail)
-        problems.append(what)
 
 
 def run(b, args, stdin=None):

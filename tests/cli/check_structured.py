@@ -38,16 +38,7 @@ import time
 import urllib.request
 
 import servertest
-
-problems = []
-
-
-def check(ok, what, detail=""):
-    if ok:
-        print("ok:", what)
-    else:
-        print("FAIL:", what, detail)
-        problems.append(what)
+from servertest import check, problems
 
 
 def run(b, args, stdin=None):

@@ -713,6 +713,11 @@ def check_shutdown(b, model):
              f"{[l for l in log.splitlines() if l.startswith('polystack: request')]}")
     else:
         print(f"the stream stopped by SIGTERM: {line.group(0)!r}")
+    stopped = re.search(r"polystack: stopped in ([0-9.]+) s", log)
+    if not stopped or float(stopped.group(1)) > dt + 0.5:
+        fail(f"SIGTERM: no `stopped in N s` line within the time it took: {log[-300:]!r}")
+    else:
+        print(f"the log says {stopped.group(0)!r}")
 
 
 def check_outcomes(b, model):

@@ -228,6 +228,18 @@ struct Fixture {
       return true;
     };
     h.handle = [this](const HttpRequest& req, HttpResponse& res, ReplyWriter&) {
+      if (req.path == "/big") {  // far more than socket buffers hold
+        res.stream = [](ReplyWriter& w, std::string& detail) {
+          const std::string chunk(64 << 10, 'x');
+          for (int i = 0; i < 4096; ++i)
+            if (!w.write(chunk)) {
+              detail = w.stopping() ? "stopping" : "gone";
+              return false;
+            }
+          return true;
+        };
+        return;
+      }
       if (req.path == "/stream") {
         res.content_type = "text/event-stream";
         res.stream = [this](ReplyWriter& w, std::string& detail) {
@@ -313,8 +325,8 @@ TEST(HttpTransport, ChunkHeadersAndTrailersAreBounded) {
   f.start();
   // A chunk-size line that never ends would otherwise be buffered for as long as it grows.
   const int fd = connect_to(f.t->port());
-  send_all(fd, "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
-                   std::string(100000, 'a'));
+  send_all(fd,
+           "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;" + std::string(100000, 'a'));
   bool closed = false;
   std::string got = read_until_closed(fd, 5000ms, &closed);
   close(fd);
@@ -412,6 +424,37 @@ TEST(HttpTransport, ASlowHeadIs408AndDoesNotHoldOthers) {
     EXPECT_EQ(got.rfind("HTTP/1.1 408 ", 0), 0u) << got;
     EXPECT_TRUE(closed);
   }
+}
+
+TEST(HttpTransport, AReplyTheClientDoesNotReadEndsAtTheWriteTimeout) {
+  Fixture f;
+  f.limits.write_timeout = 600ms;
+  f.start();
+  // A client with a small receive buffer that asks for a large reply and reads none of it.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(f.t->port()));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  send_all(fd, "GET /big HTTP/1.1\r\n\r\n");
+  const auto t0 = Clock::now();
+  while (f.ended().empty() && Clock::now() - t0 < 10s) std::this_thread::sleep_for(10ms);
+  const auto took = Clock::now() - t0;
+  close(fd);
+  const auto ends = f.ended();
+  ASSERT_EQ(ends.size(), 1u) << "the reply never ended";
+  EXPECT_EQ(ends[0].outcome, Outcome::client_left);
+  EXPECT_EQ(ends[0].detail, "gone");
+  EXPECT_GE(took, 600ms) << "ended before the client had been given its write timeout";
+  EXPECT_LT(took, 5s);
+  // The server goes on serving others.
+  const int other = connect_to(f.t->port());
+  send_all(other, "GET /after HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(read_until_closed(other, 3000ms).rfind("HTTP/1.1 200 ", 0), 0u);
+  close(other);
 }
 
 TEST(HttpTransport, StopIsBoundedWhateverClientsDo) {
