@@ -291,6 +291,13 @@ std::vector<size_t> Scheduler::plan_offsets(Graph& graph, const std::vector<Tens
   for (size_t i = 0; i < nodes.size(); ++i)
     for (Tensor* s : nodes[i]->src)
       if (Tensor* r = s ? node_root(s) : nullptr) last_use[index(r)] = int32_t(i);
+  // A tensor another device reads is copied just before the run of nodes that holds its first
+  // reader there: its bytes stay until that reader has run, whatever its own device computes
+  // in between (two producers in a row for one consumer elsewhere would otherwise share bytes).
+  for (const Transfer& t : transfers_)
+    if (Tensor* r = node_root(t.from))
+      if (last_use[index(r)] != kKeep)
+        last_use[index(r)] = std::max(last_use[index(r)], int32_t(t.before));
   for (Tensor* o : outputs)
     if (Tensor* r = node_root(o)) last_use[index(r)] = kKeep;
   std::vector<int32_t> head(nodes.size(), kNone), next(all.size(), kNone);

@@ -722,6 +722,7 @@ class OwnMemoryDevice final : public Device {
   OwnMemoryDevice() : cpu_(Registry::global().open("cpu", DeviceOptions{})) {}
   const DeviceInfo& info() const override { return cpu_->info(); }
   std::string unsupported_reason(const Tensor& n) const override {
+    if (n.op == refused) return "refused by the test";
     return cpu_->unsupported_reason(n);
   }
   bool reads_host_memory() const override { return false; }
@@ -740,6 +741,7 @@ class OwnMemoryDevice final : public Device {
   void execute(std::span<Tensor* const> nodes) override { cpu_->execute(nodes); }
   void synchronize() override { cpu_->synchronize(); }
   size_t written = 0;
+  OpKind refused = OpKind::Count;  // an op this device says it cannot run
 
  private:
   struct Counted final : Buffer {
@@ -757,6 +759,28 @@ class OwnMemoryDevice final : public Device {
   std::unique_ptr<Device> cpu_;
   std::vector<Counted*> buffers_;  // buffers live as long as the scheduler, which the test outlives
 };
+
+TEST(Scheduler, KeepsATransferredTensorUntilItsReaderElsewhereHasRun) {
+  // silu falls back to the CPU; both results go to the other device's add. The second silu
+  // runs before either is copied over, so it must not be given the first one's bytes.
+  OwnMemoryDevice dev;
+  dev.refused = OpKind::Silu;
+  auto cpu = Registry::global().open("cpu", DeviceOptions{});
+  const int64_t n = 300;
+  auto a = random_floats(size_t(n), 5), b = random_floats(size_t(n), 6);
+  Graph g;
+  Tensor* at = g.leaf("a", DType::F32, {n, 1, 1, 1}, a.data());
+  Tensor* bt = g.leaf("b", DType::F32, {n, 1, 1, 1}, b.data());
+  Tensor* sum = g.add(g.silu(g.scale(at, 1.5f)), g.silu(g.scale(bt, 0.5f)));
+  Scheduler s({&dev, cpu.get()}, false);
+  s.run(g, {sum});
+  std::vector<float> got(static_cast<size_t>(n));
+  s.read(*sum, got.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = 1.5 * a[size_t(i)], y = 0.5 * b[size_t(i)];
+    ASSERT_NEAR(got[size_t(i)], x / (1 + std::exp(-x)) + y / (1 + std::exp(-y)), 1e-5) << i;
+  }
+}
 
 TEST(Scheduler, UploadsConstantLeavesOnceAndInputsEveryRun) {
   OwnMemoryDevice dev;
