@@ -28,6 +28,23 @@ scaled (factors 1 x6, ~4.68, 8); --original-context 64 scales all but the first 
 --arch qwen3: llama plus per-head attn_q_norm / attn_k_norm, a head size of its own (written as
 attention.key_length / value_length; the tiny preset uses 32 with n_embd 64 and 4 heads), NEOX
 RoPE. Neither writes rope.dimension_count or vocab_size (their converter does not).
+--arch qwen2moe / qwen3moe, and llama with --experts N (Mixtral): the feed-forward of every layer
+is a mixture of experts: a router ffn_gate_inp (F32 [n_embd, E], kept F32 as llama.cpp's quantize
+keeps it), and the experts' ffn_gate_exps / ffn_up_exps [n_embd, n_ff_exp, E] and ffn_down_exps
+[n_ff_exp, n_embd, E] in --dtype; qwen2moe adds a shared expert (ffn_gate_inp_shexp [n_embd],
+ffn_{gate,up,down}_shexp of --shared-expert-ff). qwen2moe / qwen3moe attend as qwen2 / qwen3 and
+default to 8 experts, 2 used, 64 wide (--experts, --experts-used, --expert-ff); Mixtral's experts
+are n_ff wide.
+
+Routing is made decisive (the default; --routing random leaves a plain random router): a near
+tie between two experts' logits would let a rounding anywhere upstream flip a token's expert and
+its logits far beyond any tolerance, so no comparison could be made on quantized weights. The
+first E dimensions of the residual stream carry the routing signal instead: each token's
+embedding holds a permutation of E levels 0.5 apart there, nothing writes to those dimensions
+(attn_output's, the experts' and the shared expert's down rows for them are zero), and the
+router reads only them (ffn_gate_inp = --router-scale times [I | 0]). A token's ranking of the
+experts is then fixed by its id (the RMS norm scales all E alike), while the weights still
+depend on the whole hidden state.
 --arch phi3: fused attn_qkv (Q rows, then K, then V) and fused ffn_up (gate half, then up half),
 no ffn_gate; NEOX RoPE over --rope-dim dims (default the head size); rope.scaling.
 original_context_length (--original-context, default the context length) and
@@ -78,8 +95,10 @@ PRESETS = {
         n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
     ),
 }
-ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3"]
-NEW_ARCHITECTURES = ("qwen2", "qwen3", "phi3")  # written by tensor_specs_new_arch
+ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe"]
+# written by tensor_specs_new_arch
+NEW_ARCHITECTURES = ("qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
+MOE_ARCHITECTURES = ("qwen2moe", "qwen3moe")
 QWEN3_TINY_HEAD_DIM = 32  # the tiny preset's qwen3 head size (n_embd 64 / 4 heads would be 16)
 
 N_SPECIAL = 3  # <unk>, <s>, </s>
@@ -120,6 +139,19 @@ class ModelParams:
     rope_attn_factor: float | None = None  # None: the converter's formula
     omit_rope_attn_factor: bool = False
     n_rot_override: int | None = None  # phi3.rope.dimension_count when not the head size
+    # mixture of experts (qwen2moe, qwen3moe; llama when n_expert > 0: Mixtral)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int | None = None  # None: 64 (qwen), n_ff (Mixtral)
+    n_ff_shexp: int = 96  # qwen2moe's shared expert
+    router_scale: float = 3.0
+    routing: str = "decisive"  # or "random"
+
+    @property
+    def expert_ff(self) -> int:
+        if self.n_ff_exp is not None:
+            return self.n_ff_exp
+        return self.n_ff if self.arch == "llama" else 64
 
     @property
     def head_dim(self) -> int:
@@ -213,7 +245,48 @@ def longrope_attn_factor(p: ModelParams) -> float:
     return float(np.sqrt(1 + np.log(scale) / np.log(p.orig_ctx))) if scale > 1.0 else 1.0
 
 
+def make_routing_decisive(p: ModelParams, specs: list[TensorSpec]) -> None:
+    """Rewrites the tensors that carry the routing signal (see the docstring)."""
+    E = p.n_expert
+    levels = (np.arange(E, dtype=np.float32) - (E - 1) / 2) * np.float32(0.5)
+
+    def wrap(spec: TensorSpec, edit: Callable[[np.ndarray, np.random.Generator], None]):
+        make = spec.make
+
+        def made(rng):
+            values = np.array(make(rng), dtype=np.float32)
+            edit(values, rng)
+            return values
+        spec.make = made
+
+    def embed(v, rng):
+        v[:, :E] = levels[np.argsort(rng.random((v.shape[0], E)), axis=1)]
+
+    def no_write(v, rng):
+        v[..., :E, :] = 0.0
+
+    def router(v, rng):
+        v[...] = 0.0
+        v[:, :E] = np.eye(E, dtype=np.float32) * np.float32(p.router_scale)
+
+    for spec in specs:
+        if spec.name == "token_embd.weight":
+            wrap(spec, embed)
+        elif spec.name.endswith(("attn_output.weight", "ffn_down_exps.weight",
+                                 "ffn_down_shexp.weight")):
+            wrap(spec, no_write)
+        elif spec.name.endswith("ffn_gate_inp.weight"):
+            wrap(spec, router)
+
+
 def tensor_specs(p: ModelParams) -> list[TensorSpec]:
+    specs = tensor_specs_any(p)
+    if p.n_expert and p.routing == "decisive":
+        make_routing_decisive(p, specs)
+    return specs
+
+
+def tensor_specs_any(p: ModelParams) -> list[TensorSpec]:
     if p.arch in NEW_ARCHITECTURES:
         return tensor_specs_new_arch(p)
     specs = tensor_specs_llama_gemma3(p)
@@ -236,6 +309,32 @@ def _norm_weight(n):
 
 def _proj(rows, cols):
     return _normal((rows, cols), 1.0 / np.sqrt(cols))
+
+
+def expert_specs(p: ModelParams, b: str, wtype: QT) -> list[TensorSpec]:
+    """A mixture-of-experts feed-forward's tensors, in the converter's order."""
+    E, ff = p.n_expert, p.expert_ff
+    specs = [
+        TensorSpec(b + "ffn_gate_inp.weight", (E, p.n_embd), QT.F32,
+                   _normal((E, p.n_embd), p.router_scale / np.sqrt(p.n_embd))),
+        TensorSpec(b + "ffn_gate_exps.weight", (E, ff, p.n_embd), wtype,
+                   _normal((E, ff, p.n_embd), 1.0 / np.sqrt(p.n_embd))),
+        TensorSpec(b + "ffn_up_exps.weight", (E, ff, p.n_embd), wtype,
+                   _normal((E, ff, p.n_embd), 1.0 / np.sqrt(p.n_embd))),
+        TensorSpec(b + "ffn_down_exps.weight", (E, p.n_embd, ff), wtype,
+                   _normal((E, p.n_embd, ff), 1.0 / np.sqrt(ff))),
+    ]
+    if p.arch == "qwen2moe":
+        sh = p.n_ff_shexp
+        specs += [
+            # A gate of a few units either way, so the sigmoid is neither 0.5 nor saturated.
+            TensorSpec(b + "ffn_gate_inp_shexp.weight", (p.n_embd,), QT.F32,
+                       _normal((p.n_embd,), 1.0 / np.sqrt(p.n_embd))),
+            TensorSpec(b + "ffn_gate_shexp.weight", (sh, p.n_embd), wtype, _proj(sh, p.n_embd)),
+            TensorSpec(b + "ffn_up_shexp.weight", (sh, p.n_embd), wtype, _proj(sh, p.n_embd)),
+            TensorSpec(b + "ffn_down_shexp.weight", (p.n_embd, sh), wtype, _proj(p.n_embd, sh)),
+        ]
+    return specs
 
 
 def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
@@ -266,11 +365,11 @@ def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
             for name, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
                 specs.append(TensorSpec(b + name + ".weight", (rows, p.n_embd), wtype,
                                         _proj(rows, p.n_embd)))
-                if p.arch == "qwen2":
+                if p.arch in ("qwen2", "qwen2moe"):
                     # Biases of the size of the projections' outputs: they move every score.
                     specs.append(TensorSpec(b + name + ".bias", (rows,), QT.F32,
                                             _normal((rows,), 0.5)))
-        if p.arch == "qwen3":
+        if p.arch in ("qwen3", "qwen3moe"):
             specs += [
                 TensorSpec(b + "attn_q_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
                 TensorSpec(b + "attn_k_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
@@ -279,6 +378,9 @@ def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
             TensorSpec(b + "attn_output.weight", (p.n_embd, q_dim), wtype, _proj(p.n_embd, q_dim)),
             TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32, _norm_weight(p.n_embd)),
         ]
+        if p.arch in MOE_ARCHITECTURES:
+            specs += expert_specs(p, b, wtype)
+            continue
         if p.arch == "phi3":
             specs.append(TensorSpec(b + "ffn_up.weight", (2 * p.n_ff, p.n_embd), wtype,
                                     _proj(2 * p.n_ff, p.n_embd)))
@@ -343,6 +445,11 @@ def tensor_specs_llama_gemma3(p: ModelParams) -> list[TensorSpec]:
             TensorSpec(b + "attn_output.weight", (p.n_embd, p.n_head * hd), wtype,
                        proj(p.n_embd, p.n_head * hd)),
             TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32, norm_weight(p.n_embd)),
+        ]
+        if p.n_expert:
+            specs += expert_specs(p, b, wtype)
+            continue
+        specs += [
             TensorSpec(b + "ffn_gate.weight", (p.n_ff, p.n_embd), wtype, proj(p.n_ff, p.n_embd)),
             TensorSpec(b + "ffn_up.weight", (p.n_ff, p.n_embd), wtype, proj(p.n_ff, p.n_embd)),
             TensorSpec(b + "ffn_down.weight", (p.n_embd, p.n_ff), wtype, proj(p.n_embd, p.n_ff)),
@@ -384,7 +491,7 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("sliding-window options are for gemma3")
     if p.arch in NEW_ARCHITECTURES and (p.swa_pattern or p.rope_freq_base_swa):
         raise ValueError("--swa-pattern and --rope-freq-base-swa are for gemma3")
-    if p.arch in ("qwen2", "qwen3") and p.sliding_window:
+    if p.arch in ("qwen2", "qwen3", "qwen2moe", "qwen3moe") and p.sliding_window:
         raise ValueError("--sliding-window is for gemma3 and phi3")
     if p.rope_freqs not in ("none", "llama3"):
         raise ValueError("rope freqs must be none or llama3")
@@ -403,7 +510,7 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("--original-context must be positive")
     if p.n_rot_override is not None and p.arch != "phi3":
         raise ValueError("--rope-dim is for phi3")
-    if p.arch in ("qwen2", "phi3") and p.head_dim_override not in (None, p.n_embd // p.n_head):
+    if p.arch in ("qwen2", "qwen2moe", "phi3") and p.head_dim_override not in (None, p.n_embd // p.n_head):
         raise ValueError(f"{p.arch}'s head size is n_embd / n_head")
     if p.n_rot % 2 or not 0 < p.n_rot <= p.head_dim:
         raise ValueError("the RoPE dimension count must be even and at most the head size")
@@ -415,6 +522,13 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("head dimension must be even for RoPE")
     if p.rope_scaling not in ("none", "linear"):
         raise ValueError("rope scaling must be none or linear")
+    if p.n_expert and p.arch not in ("llama",) + MOE_ARCHITECTURES:
+        raise ValueError("--experts is for llama (Mixtral), qwen2moe and qwen3moe")
+    if p.n_expert and not 1 <= p.n_expert_used <= p.n_expert:
+        raise ValueError("--experts-used must be between 1 and --experts")
+    if p.n_expert and p.routing == "decisive" and (p.n_expert > p.n_embd or p.tied):
+        raise ValueError("decisive routing needs at least --experts embedding dimensions and "
+                         "an untied output (or --routing random)")
 
 
 def write_model(path: str, p: ModelParams) -> None:
@@ -444,9 +558,10 @@ def write_new_arch_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
     writer.add_head_count_kv(p.n_head_kv)
     writer.add_rope_freq_base(p.rope_freq_base)
     writer.add_layer_norm_rms_eps(p.rms_eps)
-    if p.arch == "qwen3":
+    if p.arch in ("qwen3", "qwen3moe"):
         writer.add_key_length(p.head_dim)
         writer.add_value_length(p.head_dim)
+    write_expert_metadata(writer, p)
     if p.arch == "phi3":
         writer.add_rope_dimension_count(p.n_rot)
         writer.add_rope_scaling_orig_ctx_len(p.orig_ctx)
@@ -481,6 +596,20 @@ def write_llama_gemma3_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None
     if p.rope_scaling == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(p.rope_scale_factor)
+    write_expert_metadata(writer, p)
+
+
+def write_expert_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
+    """The converter's keys: expert_count and expert_used_count (Mixtral too), the experts' width
+    for the qwen families, the shared expert's for qwen2moe."""
+    if not p.n_expert:
+        return
+    writer.add_expert_count(p.n_expert)
+    writer.add_expert_used_count(p.n_expert_used)
+    if p.arch in MOE_ARCHITECTURES:
+        writer.add_expert_feed_forward_length(p.expert_ff)
+    if p.arch == "qwen2moe":
+        writer.add_expert_shared_feed_forward_length(p.n_ff_shexp)
 
 
 def write_vocab(writer: gguf.GGUFWriter, p: ModelParams) -> None:
@@ -547,7 +676,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
                     rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
                     rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name,
                     **gemma3_options(a))
-    if p.arch == "qwen3" and a.head_dim is None and a.preset == "tiny":
+    if p.arch in ("qwen3", "qwen3moe") and a.head_dim is None and a.preset == "tiny":
         p.head_dim_override = QWEN3_TINY_HEAD_DIM
     return a.out, p
 
@@ -578,6 +707,15 @@ def add_new_arch_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-rope-attn-factor", action="store_true",
                     help="phi3 --longrope: leave rope.scaling.attn_factor out")
     ap.add_argument("--rope-dim", type=int, help="phi3: rope.dimension_count (default: head size)")
+    ap.add_argument("--experts", type=int,
+                    help="experts per layer (llama: Mixtral; qwen2moe/qwen3moe: default 8)")
+    ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
+    ap.add_argument("--expert-ff", type=int, help="each expert's width (qwen: 64, Mixtral: n_ff)")
+    ap.add_argument("--shared-expert-ff", type=int, default=96, help="qwen2moe: shared expert width")
+    ap.add_argument("--router-scale", type=float, default=3.0,
+                    help="the router's gain (3): logits of unit inputs spread by about this")
+    ap.add_argument("--routing", choices=["decisive", "random"], default="decisive",
+                    help="how the router is made (see the docstring)")
 
 
 def gemma3_options(a: argparse.Namespace) -> dict:
@@ -588,7 +726,12 @@ def gemma3_options(a: argparse.Namespace) -> dict:
                 low_freq_factor=a.low_freq_factor, high_freq_factor=a.high_freq_factor,
                 original_context=a.original_context, longrope=a.longrope,
                 rope_attn_factor=a.rope_attn_factor, omit_rope_attn_factor=a.no_rope_attn_factor,
-                n_rot_override=a.rope_dim)
+                n_rot_override=a.rope_dim,
+                n_expert=a.experts if a.experts is not None else
+                (8 if a.arch in MOE_ARCHITECTURES else 0),
+                n_expert_used=a.experts_used if a.experts_used is not None else 2,
+                n_ff_exp=a.expert_ff, n_ff_shexp=a.shared_expert_ff, router_scale=a.router_scale,
+                routing=a.routing)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -600,7 +743,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {out}: {p.arch} {p.n_layer} layers, n_embd {p.n_embd}, n_head {p.n_head}/"
           f"{p.n_head_kv}, n_ff {p.n_ff}, vocab {p.n_vocab}, {p.dtype}"
-          f"{', tied' if p.tied else ''}", file=sys.stderr)
+          f"{', tied' if p.tied else ''}"
+          + (f", {p.n_expert_used} of {p.n_expert} experts {p.expert_ff} wide" if p.n_expert
+             else ""), file=sys.stderr)
     if p.rope_freqs == "llama3":
         print("rope_freqs: " + " ".join(f"{v:.6g}" for v in llama3_rope_freqs(p)),
               file=sys.stderr)

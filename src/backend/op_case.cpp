@@ -81,9 +81,15 @@ std::vector<float> PreparedCase::output() const {
   if (!found) throw BackendError(fmt::format("{}: the output is in no buffer", case_.name));
   const size_t n_out = size_t(out.n_elements());
   std::vector<float> v(n_out);
-  if (case_.out_type == DType::F32)
+  if (case_.out_type == DType::F32) {
     std::memcpy(v.data(), raw.data(), n_out * sizeof(float));
-  else
+  } else if (case_.out_type == DType::I32) {  // indices (top_k), compared exactly
+    for (size_t i = 0; i < n_out; ++i) {
+      int32_t x;
+      std::memcpy(&x, raw.data() + i * sizeof x, sizeof x);
+      v[i] = float(x);
+    }
+  } else
     dequantize_row(case_.out_type, raw.data(), v.data(), int64_t(n_out));
   return v;
 }

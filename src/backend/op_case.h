@@ -20,8 +20,9 @@ struct OpCase {
   Graph graph;
   std::vector<std::vector<uint8_t>> leaf_bytes;
   Tensor* out = nullptr;
-  DType out_type = DType::F32;  // F16 when the output is a view of an F16 cache
-  double tolerance = 1e-5;      // relative to the largest magnitude of the CPU's output
+  // F16 when the output is a view of an F16 cache; I32 for indices (top_k)
+  DType out_type = DType::F32;
+  double tolerance = 1e-5;  // relative to the largest magnitude of the CPU's output
 
   // A leaf of `type` holding normal random values (quantized for types other than F32).
   Tensor* random_leaf(const std::string& leaf_name, DType type, std::array<int64_t, 4> ne,

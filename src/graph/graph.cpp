@@ -41,6 +41,16 @@ const char* op_name(OpKind op) {
       return "copy";
     case OpKind::Attention:
       return "attention";
+    case OpKind::Sigmoid:
+      return "sigmoid";
+    case OpKind::TopK:
+      return "top_k";
+    case OpKind::ExpertWeights:
+      return "expert_weights";
+    case OpKind::MatMulId:
+      return "matmul_id";
+    case OpKind::ExpertSum:
+      return "expert_sum";
     case OpKind::Count:
       break;
   }
@@ -267,6 +277,56 @@ Tensor* Graph::attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tens
                    {q, k_cache, v_cache, token_info});
   set_attention_params(*t, {0, window, scale, true});
   return t;
+}
+
+Tensor* Graph::sigmoid(Tensor* x) { return node(OpKind::Sigmoid, DType::F32, x->ne, {x}); }
+
+Tensor* Graph::top_k(Tensor* x, int32_t k) {
+  if (x->type != DType::F32 || k < 1 || k > x->ne[0] || x->ne[2] != 1 || x->ne[3] != 1)
+    throw ModelError(fmt::format("top_k: {} values of {} ({})", k, shape(x), x->name));
+  Tensor* t = node(OpKind::TopK, DType::I32, {k, x->ne[1], 1, 1}, {x});
+  set_top_k_params(*t, {k});
+  return t;
+}
+
+Tensor* Graph::expert_weights(Tensor* logits, Tensor* ids, const ExpertWeightsParams& p) {
+  if (logits->type != DType::F32 || ids->type != DType::I32 || ids->ne[1] != logits->ne[1] ||
+      ids->ne[0] > logits->ne[0] || logits->ne[2] != 1 || ids->ne[2] != 1 || logits->ne[3] != 1 ||
+      ids->ne[3] != 1)
+    bad_shapes(OpKind::ExpertWeights, logits, ids);
+  Tensor* t =
+      node(OpKind::ExpertWeights, DType::F32, {ids->ne[0], ids->ne[1], 1, 1}, {logits, ids});
+  set_expert_weights_params(*t, p);
+  return t;
+}
+
+Tensor* Graph::matmul_id(Tensor* experts, Tensor* x, Tensor* ids) {
+  const int64_t k = ids->ne[0], T = ids->ne[1];
+  if (experts->ne[0] != x->ne[0] || experts->ne[3] != 1 || x->type != DType::F32 ||
+      (x->ne[1] != 1 && x->ne[1] != k) || x->ne[2] != T || x->ne[3] != 1 ||
+      ids->type != DType::I32 || ids->ne[2] != 1 || ids->ne[3] != 1)
+    bad_shapes(OpKind::MatMulId, experts, x);
+  return node(OpKind::MatMulId, DType::F32, {experts->ne[1], k, T, 1}, {experts, x, ids});
+}
+
+Tensor* Graph::expert_sum(Tensor* x, Tensor* weights) {
+  if (x->type != DType::F32 || weights->type != DType::F32 || weights->ne[0] != x->ne[1] ||
+      weights->ne[1] != x->ne[2] || x->ne[3] != 1 || weights->ne[2] != 1 || weights->ne[3] != 1)
+    bad_shapes(OpKind::ExpertSum, x, weights);
+  return node(OpKind::ExpertSum, DType::F32, {x->ne[0], x->ne[2], 1, 1}, {x, weights});
+}
+
+void set_top_k_params(Tensor& node, const TopKParams& p) { node.iparams[0] = p.k; }
+TopKParams top_k_params(const Tensor& node) { return {node.iparams[0]}; }
+
+void set_expert_weights_params(Tensor& node, const ExpertWeightsParams& p) {
+  node.iparams[0] = int32_t(p.gating);
+  node.iparams[1] = p.normalize ? 1 : 0;
+  node.fparams[0] = p.scale;
+}
+
+ExpertWeightsParams expert_weights_params(const Tensor& node) {
+  return {ExpertGating(node.iparams[0]), node.iparams[1] != 0, node.fparams[0]};
 }
 
 void set_attention_params(Tensor& node, const AttentionParams& p) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/ops.h"
 #include "graph/tensor.h"
 
 namespace ps {
@@ -52,6 +53,13 @@ class Graph {
   // the caches [head_dim, n_kv_head, n_cells, 1], token_info I32 [2 + 2 n_tokens + tables].
   Tensor* attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
                           float scale, int32_t window = 0);
+
+  // Mixture of experts (graph/ops.h).
+  Tensor* sigmoid(Tensor* x);
+  Tensor* top_k(Tensor* x, int32_t k);
+  Tensor* expert_weights(Tensor* logits, Tensor* ids, const ExpertWeightsParams& p);
+  Tensor* matmul_id(Tensor* experts, Tensor* x, Tensor* ids);
+  Tensor* expert_sum(Tensor* x, Tensor* weights);
 
   // The model layer the nodes created from now on belong to (Tensor::layer).
   void set_layer(int layer) { layer_ = layer; }

@@ -33,6 +33,44 @@ struct PagedHeader {
 };
 inline constexpr int64_t kPagedHeader = 2;
 
+// Mixture of experts. A layer's router scores each of E experts per token; the k best run, and
+// their outputs are summed weighted by the router's probabilities (llama.cpp's build_moe_ffn):
+//   logits = matmul(router, x)                       F32 [E, T]
+//   ids = top_k(logits, k)                           I32 [k, T]
+//   w = expert_weights(logits, ids, ...)             F32 [k, T]
+//   h = matmul_id(up_exps, x, ids) ...               F32 [n_ff, k, T]
+//   y = expert_sum(matmul_id(down_exps, h, ids), w)  F32 [n_embd, T]
+
+// TopK: the indices of the k largest values of each row, largest first; equal values in index
+// order, NaN below every number.
+struct TopKParams {
+  int32_t k = 1;
+};
+
+// How the router's logits become the chosen experts' weights.
+enum class ExpertGating : int32_t {
+  Softmax = 0,          // softmax over all E logits, then the chosen ones' probabilities
+  Sigmoid = 1,          // each chosen logit's sigmoid
+  SoftmaxSelected = 2,  // softmax over the k chosen logits only (gpt-oss)
+};
+// ExpertWeights: src0 the logits F32 [E, T], src1 the chosen ids I32 [k, T] (each in [0, E)).
+// normalize divides the k weights of a token by their sum; then all are multiplied by scale.
+struct ExpertWeightsParams {
+  ExpertGating gating = ExpertGating::Softmax;
+  bool normalize = false;
+  float scale = 1.0f;
+};
+
+// MatMulId has no parameters: output column (j, t) is matmul(src0[:, :, ids[j, t]], src1 column
+// (j or 0, t)): src1's ne[1] is k (an input per chosen expert) or 1 (one input for all of them).
+// Only the chosen experts' weights are read. An id outside [0, E) is an error of the kernel.
+// ExpertSum: out[:, t] = sum over j of src1[j, t] * src0[:, j, t], j in order.
+
+void set_top_k_params(Tensor& node, const TopKParams& p);
+TopKParams top_k_params(const Tensor& node);
+void set_expert_weights_params(Tensor& node, const ExpertWeightsParams& p);
+ExpertWeightsParams expert_weights_params(const Tensor& node);
+
 void set_attention_params(Tensor& node, const AttentionParams& p);
 AttentionParams attention_params(const Tensor& node);
 // src[3], or nullptr: the per-token positions and sequences.

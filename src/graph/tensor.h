@@ -30,6 +30,12 @@ enum class OpKind : uint8_t {
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
   Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx];
               // iparams: n_past, n_past + T, sliding window (0: none), paged; fparams[0] = scale
+  // Mixture of experts (graph/ops.h says each one's operands and parameters):
+  Sigmoid,        // 1 / (1 + exp(-src0))
+  TopK,           // src0 F32 [n, rows] -> I32 [k, rows]: the k largest of each row
+  ExpertWeights,  // router logits src0 F32 [E, T], chosen ids src1 I32 [k, T] -> F32 [k, T]
+  MatMulId,       // experts src0 [K, N, E], src1 F32 [K, 1 or k, T], ids src2 -> F32 [N, k, T]
+  ExpertSum,      // src0 F32 [N, k, T] weighted by src1 F32 [k, T], summed -> F32 [N, T]
   Count,
 };
 

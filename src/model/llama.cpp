@@ -11,6 +11,11 @@
 //          rope.dimension_count; LongRoPE: rope_factors_short or rope_factors_long by the
 //          context the session runs with, and rope.scaling.attn_factor on the rotated values;
 //          a sliding window over every layer where the file sets one.
+//   With experts (src/model/moe.cpp) in place of the dense feed-forward:
+//   llama     Mixtral: llama with expert_count > 0; top-k of a softmax, weights normalized.
+//   qwen2moe  Qwen1.5-MoE / Qwen2-MoE: qwen2's attention; top-k of a softmax, not normalized,
+//             plus a shared expert gated by a sigmoid.
+//   qwen3moe  Qwen3-30B-A3B / 235B-A22B: qwen3's attention; top-k of a softmax, normalized.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -25,6 +30,7 @@ namespace {
 struct FamilyLayer : BlockWeights {
   Tensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qwen2
   Tensor *q_norm = nullptr, *k_norm = nullptr;         // qwen3
+  ExpertWeightsSet experts;                            // with experts (router set)
 };
 
 class LlamaFamilyModel final : public Model {
@@ -32,8 +38,11 @@ class LlamaFamilyModel final : public Model {
   LlamaFamilyModel(const gguf::File& f, const std::string& a) {
     read_transformer_params(f, a);
     auto& p = params_;
-    const bool qwen2 = a == "qwen2", qwen3 = a == "qwen3", phi3 = a == "phi3";
+    const bool qwen2 = a == "qwen2" || a == "qwen2moe", qwen3 = a == "qwen3" || a == "qwen3moe",
+               phi3 = a == "phi3";
     if (a != "llama") p.rope_mode = RopeMode::NeoX;
+    if (a == "llama" || a == "qwen2moe" || a == "qwen3moe")
+      read_expert_params(f, a, /*normalize=*/a != "qwen2moe", /*shared_expert=*/a == "qwen2moe");
     load_embeddings(f);
     const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
 
@@ -108,6 +117,7 @@ class LlamaFamilyModel final : public Model {
         L.q_norm = norm_weight(f, n("attn_q_norm"), p.head_dim);
         L.k_norm = norm_weight(f, n("attn_k_norm"), p.head_dim);
       }
+      if (p.n_expert > 0) L.experts = expert_weights(f, l);
       layers_.push_back(L);
     }
   }
@@ -144,8 +154,12 @@ class LlamaFamilyModel final : public Model {
       x = g.add(x, g.matmul(L.wo, attn));
 
       h = norm(x, L.ffn_norm);
-      Tensor* ff = g.swiglu(g.matmul(L.w_gate, h), g.matmul(L.w_up, h));
-      x = g.add(x, g.matmul(L.w_down, ff));
+      if (L.experts.router) {
+        x = g.add(x, experts_ffn(g, L.experts, h));
+      } else {
+        Tensor* ff = g.swiglu(g.matmul(L.w_gate, h), g.matmul(L.w_up, h));
+        x = g.add(x, g.matmul(L.w_down, ff));
+      }
     }
     return output_logits(g, in, x);
   }

@@ -15,19 +15,16 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   if (arch.empty())
     throw ModelError(fmt::format("{}: metadata 'general.architecture' is missing", file.path()));
   std::unique_ptr<Model> m;
-  if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3")
+  if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
+      arch == "qwen2moe" || arch == "qwen3moe")
     m = make_llama_family_model(file, arch);
   else if (arch == "gemma3")
     m = make_gemma3_model(file);
-  else if (arch == "qwen3moe" || arch == "qwen2moe")
-    throw ModelError(fmt::format(
-        "{}: architecture '{}' (mixture of experts) is not supported: polystack has no expert "
-        "routing yet (dense qwen2 and qwen3 are supported)",
-        file.path(), arch));
   else
-    throw ModelError(fmt::format(
-        "{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)",
-        file.path(), arch));
+    throw ModelError(
+        fmt::format("{}: architecture '{}' is not supported (supported: llama and Mixtral, "
+                    "qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma3)",
+                    file.path(), arch));
   m->check_all_tensors_used(file);
   return m;
 }
@@ -130,6 +127,8 @@ BlockWeights Model::block_weights(const gguf::File& f, int64_t l) {
   b.wv = weight(f, n("attn_v"), {p.n_embd, kv_dim, 1, 1});
   b.wo = weight(f, n("attn_output"), {q_dim, p.n_embd, 1, 1});
   b.ffn_norm = norm_weight(f, n("ffn_norm"), p.n_embd);
+  b.w_gate = b.w_up = b.w_down = nullptr;
+  if (p.n_expert > 0) return b;
   b.w_gate = weight(f, n("ffn_gate"), {p.n_embd, p.n_ff, 1, 1});
   b.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
   b.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});

@@ -35,6 +35,11 @@ struct ModelParams {
   float rope_freq_scale = 1.0f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_output = false;
+  // A mixture of experts in every block's feed-forward (n_expert > 0): n_expert_used experts
+  // of n_ff_expert each run per token, weighted as `expert_weights` says; n_ff_shared > 0: a
+  // shared expert (qwen2moe) beside them.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_expert = 0, n_ff_shared = 0;
+  ExpertWeightsParams expert_weights;
   // Per layer: the sliding attention window (0: the layer attends to every position). Empty
   // when no layer has one.
   std::vector<int64_t> layer_window;
@@ -83,6 +88,15 @@ struct BlockWeights {
   Tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
 };
 
+// A mixture-of-experts feed-forward under GGUF's names: the router (ffn_gate_inp), the experts'
+// weights stacked along dimension 2 (ffn_{gate,up,down}_exps), and for qwen2moe a shared expert
+// (ffn_{gate,up,down}_shexp) scaled per token by the sigmoid of ffn_gate_inp_shexp . x.
+struct ExpertWeightsSet {
+  Tensor *router = nullptr, *gate_exps = nullptr, *up_exps = nullptr, *down_exps = nullptr;
+  Tensor *shared_router = nullptr, *shared_gate = nullptr, *shared_up = nullptr,
+         *shared_down = nullptr;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -112,8 +126,17 @@ class Model {
   // The hyperparameters a decoder-only transformer stores under "<arch>." (sizes, heads,
   // RoPE, norm epsilon), each checked.
   void read_transformer_params(const gguf::File& f, const std::string& arch);
-  // Block `layer`'s BlockWeights, each checked against the hyperparameters.
+  // Block `layer`'s BlockWeights, each checked against the hyperparameters; without the dense
+  // feed-forward's gate, up and down when the model has experts instead.
   BlockWeights block_weights(const gguf::File& f, int64_t layer);
+  // The "<arch>.expert_*" hyperparameters (src/model/moe.cpp): none when expert_count is absent
+  // or 0 (an error for an architecture that has experts: "...moe" or shared_expert).
+  // `normalize` is the family's ExpertWeightsParams::normalize, as llama.cpp fixes it per family.
+  void read_expert_params(const gguf::File& f, const std::string& arch, bool normalize,
+                          bool shared_expert);
+  ExpertWeightsSet expert_weights(const gguf::File& f, int64_t layer);
+  // The mixture-of-experts feed-forward of h [n_embd, T]: [n_embd, T].
+  Tensor* experts_ffn(Graph& g, const ExpertWeightsSet& w, Tensor* h) const;
   // `<arch>.attention.sliding_window`: 0 (none) when absent, at most 2^24 positions.
   static int64_t sliding_window(const gguf::File& f, const std::string& arch);
   // token_embd, output_norm and output (token_embd again when the file ties them).

@@ -86,6 +86,8 @@ std::optional<std::string> file_type_name(uint32_t code) {
 
 std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::string* fallback) {
   if (t.dims.size() < 2 || !ends_with(t.name, "weight")) return std::nullopt;
+  // A mixture of experts' router: small, and a rounding there can change which experts run.
+  if (ends_with(t.name, "ffn_gate_inp.weight")) return std::nullopt;
   const bool k_mix = block_size(mix.base) == QK_K;
   DType type = mix.base;
   const bool output = t.name == "output.weight" || t.tied_output;
@@ -100,7 +102,8 @@ std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::
       if (mix.name == "Q3_K_L") type = DType::Q5_K;
       if ((mix.name == "Q4_K_M" || mix.name == "Q5_K_M") && use_more_bits(i, n)) type = DType::Q6_K;
       if (mix.name == "Q4_K_S" && i < 4) type = DType::Q5_K;
-    } else if (ends_with(t.name, "ffn_down.weight")) {
+    } else if (ends_with(t.name, "ffn_down.weight") || ends_with(t.name, "ffn_down_exps.weight") ||
+               ends_with(t.name, "ffn_down_shexp.weight")) {
       if (mix.name == "Q2_K") type = DType::Q3_K;
       if (mix.name == "Q3_K_M") type = i < n / 16 ? DType::Q5_K : DType::Q4_K;
       if (mix.name == "Q3_K_L") type = DType::Q5_K;

@@ -17,6 +17,109 @@ namespace {
 
 using Builder = std::function<void(Case&, std::mt19937&)>;
 
+// Chosen experts I32 [k, T]: k distinct ids per token from `allowed` (in a random order), or,
+// with `first` >= 0, that expert first for every token.
+Tensor* expert_ids(Case& c, std::mt19937& rng, int64_t k, int64_t T, std::vector<int32_t> allowed,
+                   int32_t first = -1) {
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::shuffle(allowed.begin(), allowed.end(), rng);
+    if (first >= 0)
+      std::iter_swap(allowed.begin(), std::find(allowed.begin(), allowed.end(), first));
+    ids.insert(ids.end(), allowed.begin(), allowed.begin() + k);
+  }
+  return c.graph.reshape(c.int_leaf("ids", ids), {k, T, 1, 1});
+}
+
+std::vector<int32_t> iota(int32_t from, int32_t to) {
+  std::vector<int32_t> v;
+  for (int32_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// Mixture-of-experts ops: top_k at row lengths of real routers and with ties, the router's
+// weights under each gating, matmul_id over every weight family with one expert chosen by all
+// tokens, experts chosen by none, k = E, prompts of 70 tokens (the grouped path), one input for
+// all slots or one per slot; expert_sum.
+void add_expert_cases(std::vector<std::pair<std::string, Builder>>& builders) {
+  for (int64_t n : {8, 60, 128}) {
+    for (int64_t k : {int64_t(1), int64_t(2), int64_t(8), n}) {
+      if (k > n || (k == n && n > 60)) continue;
+      for (bool ties : {false, true}) {
+        builders.emplace_back(
+            fmt::format("top_k {} of {} x 9 rows{}", k, n, ties ? " with ties" : ""),
+            [=](Case& c, std::mt19937& rng) {
+              Tensor* a = c.random_leaf("a", DType::F32, {n, 9, 1, 1}, rng, 3.0f);
+              if (ties) {  // values on a grid of 0.5: many equal, taken in index order
+                float* v = static_cast<float*>(a->data);
+                for (int64_t i = 0; i < n * 9; ++i) v[i] = std::round(v[i] * 2.0f) / 2.0f;
+              }
+              c.out = c.graph.top_k(a, int32_t(k));
+              c.out_type = DType::I32;
+              c.tolerance = 0;
+            });
+      }
+    }
+  }
+  const std::pair<ExpertGating, const char*> gatings[] = {
+      {ExpertGating::Softmax, "softmax"},
+      {ExpertGating::Sigmoid, "sigmoid"},
+      {ExpertGating::SoftmaxSelected, "softmax of the chosen"}};
+  for (auto [gating, gname] : gatings) {
+    for (bool normalize : {false, true}) {
+      for (auto [E, k] : std::vector<std::pair<int64_t, int64_t>>{{8, 2}, {60, 4}, {6, 6}}) {
+        builders.emplace_back(
+            fmt::format("expert_weights {}{} {} of {}", gname, normalize ? " normalized" : "", k,
+                        E),
+            [=](Case& c, std::mt19937& rng) {
+              Tensor* z = c.random_leaf("logits", DType::F32, {E, 7, 1, 1}, rng, 3.0f);
+              Tensor* ids = expert_ids(c, rng, k, 7, iota(0, int32_t(E)));
+              c.out = c.graph.expert_weights(z, ids, {gating, normalize, normalize ? 2.5f : 1.0f});
+              c.tolerance = 1e-5;
+            });
+      }
+    }
+  }
+  struct IdCase {
+    const char* what;
+    int64_t E, k, T;
+    bool per_slot;   // an input per chosen expert (down) rather than one for all (gate, up)
+    int first;       // an expert every token chooses, or -1
+    int32_t lo, hi;  // experts [lo, hi) may be chosen: the others by none
+  };
+  const IdCase id_cases[] = {
+      {"decode, 2 of 6", 6, 2, 1, false, -1, 0, 6},
+      {"5 tokens, 2 of 6, one input per slot", 6, 2, 5, true, -1, 0, 6},
+      {"70 tokens, 2 of 6 experts 2-5 (0, 1 chosen by none)", 6, 2, 70, false, -1, 2, 6},
+      {"70 tokens, all choose expert 3, per slot", 6, 3, 70, true, 3, 0, 6},
+      {"9 tokens, 1 of 6, all choose expert 4", 6, 1, 9, false, 4, 0, 6},
+      {"7 tokens, k = E = 4, per slot", 4, 4, 7, true, -1, 0, 4},
+  };
+  const DType id_types[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K};
+  for (DType t : id_types) {
+    const int64_t K = t == DType::Q4_K ? 256 : block_size(t) > 1 ? 64 : 45;
+    for (const IdCase& a : id_cases) {
+      builders.emplace_back(
+          fmt::format("matmul_id {} K={} N=33: {}", dtype_name(t), K, a.what),
+          [=](Case& c, std::mt19937& rng) {
+            Tensor* w = c.random_leaf("experts", t, {K, 33, a.E, 1}, rng);
+            Tensor* x = c.random_leaf("x", DType::F32, {K, a.per_slot ? a.k : 1, a.T, 1}, rng);
+            Tensor* ids = expert_ids(c, rng, a.k, a.T, iota(a.lo, a.hi), a.first);
+            c.out = c.graph.matmul_id(w, x, ids);
+            c.tolerance = Case::matmul_tolerance(t);
+          });
+    }
+  }
+  for (auto [n, k, T] : std::vector<std::array<int64_t, 3>>{{37, 3, 5}, {64, 1, 1}, {130, 8, 70}}) {
+    builders.emplace_back(fmt::format("expert_sum {} x {} x {}", n, k, T),
+                          [=](Case& c, std::mt19937& rng) {
+                            Tensor* x = c.random_leaf("x", DType::F32, {n, k, T, 1}, rng);
+                            Tensor* w = c.random_leaf("w", DType::F32, {k, T, 1, 1}, rng);
+                            c.out = c.graph.expert_sum(x, w);
+                          });
+  }
+}
+
 }  // namespace
 
 std::vector<std::unique_ptr<Case>> all_cases() {
@@ -39,13 +142,14 @@ std::vector<std::unique_ptr<Case>> all_cases() {
             });
       }
     }
-    for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale}) {
+    for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale, OpKind::Sigmoid}) {
       builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
                             [=](Case& c, std::mt19937& rng) {
                               Tensor* a = c.random_leaf("a", DType::F32, s, rng);
-                              c.out = op == OpKind::Silu   ? c.graph.silu(a)
-                                      : op == OpKind::Gelu ? c.graph.gelu(a)
-                                                           : c.graph.scale(a, 25.3f);
+                              c.out = op == OpKind::Silu    ? c.graph.silu(a)
+                                      : op == OpKind::Gelu  ? c.graph.gelu(a)
+                                      : op == OpKind::Scale ? c.graph.scale(a, 25.3f)
+                                                            : c.graph.sigmoid(a);
                             });
     }
     builders.emplace_back(fmt::format("rms_norm {}", dims), [=](Case& c, std::mt19937& rng) {
@@ -281,6 +385,7 @@ std::vector<std::unique_ptr<Case>> all_cases() {
           c.tolerance = 1e-4;
         });
   }
+  add_expert_cases(builders);
   std::vector<std::unique_ptr<Case>> cases;
   std::mt19937 rng(4242);
   for (auto& [name, build] : builders) {

@@ -140,7 +140,7 @@ def synthetic_params(args) -> make_llama_gguf.ModelParams:
         tied=args.tied, rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
         rope_freq_base=args.rope_freq_base, seed=args.seed,
         **make_llama_gguf.gemma3_options(args))
-    if p.arch == "qwen3" and args.head_dim is None:
+    if p.arch in ("qwen3", "qwen3moe") and args.head_dim is None:
         p.head_dim_override = make_llama_gguf.QWEN3_TINY_HEAD_DIM
     return p
 
@@ -160,6 +160,29 @@ def token_ids(args, n_vocab: int) -> list[int]:
     rng = np.random.default_rng(args.seed + 1000)
     # BOS first as a real prompt would have, then any other id (byte tokens included).
     return [1] + [int(t) for t in rng.integers(3, n_vocab, size=args.n_tokens - 1)]
+
+
+def routing_is_decisive(model: llama_ref.RefModel, ids: list[int], kv_cache: str,
+                        trace: llama_ref.RoutingTrace) -> bool:
+    """For a mixture of experts: True when no rounding a backend makes can change which experts
+    a token takes. The reference runs again with its matmul inputs rounded as the CPU backend
+    rounds them (round_like_backend; float32 arithmetic is taken as moving a router logit by
+    1e-4 of the largest); the routing must be the same in every layer, and the smallest gap
+    between a chosen and an unchosen expert's logit more than twice the largest move. Near
+    ties would flip a whole token's expert, and with it its logits far beyond any tolerance,
+    so such a model is refused as a test instead of compared."""
+    if not model.hp.n_expert:
+        return True
+    again = llama_ref.RoutingTrace()
+    llama_ref.logits(model, ids, kv_cache=kv_cache, rounding=round_like_backend, trace=again)
+    same = all(np.array_equal(np.sort(a, axis=1), np.sort(b, axis=1))
+               for a, b in zip(trace.chosen, again.chosen))
+    move = max(float(np.max(np.abs(a - b))) for a, b in zip(trace.logits, again.logits))
+    move = max(move, 1e-4 * max(float(np.max(np.abs(z))) for z in trace.logits))
+    print(f"routing: {model.hp.n_expert_used} of {model.hp.n_expert} experts; smallest margin "
+          f"{trace.margin:.4g}, largest move of a router logit under rounding {move:.3g}, "
+          f"choices {'unchanged' if same else 'CHANGED'} by rounding")
+    return same and trace.margin > 2 * move
 
 
 def main() -> int:
@@ -186,6 +209,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--kv-cache", choices=["f16", "f32"], default="f16",
                     help="type of the KV cache of the run being checked")
+    ap.add_argument("--round-like-backend", action="store_true",
+                    help="the reference rounds every matmul's input as the CPU backend does "
+                         "(8-bit blocks for quantized weights), so a tight tolerance checks "
+                         "quantized models")
     ap.add_argument("--estimate", action="store_true",
                     help="print the reference's sensitivity to activation rounding; no CLI run")
     g = ap.add_argument_group("synthetic model")
@@ -247,7 +274,13 @@ def main() -> int:
 
         model = reference_model(args, model_path)
         ids = token_ids(args, model.hp.n_vocab)
-        ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache)
+        trace = llama_ref.RoutingTrace()
+        ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache, trace=trace,
+                               rounding=round_like_backend if args.round_like_backend else None)
+        if not routing_is_decisive(model, ids, args.kv_cache, trace):
+            print("FAIL: the routing of these tokens is not decisive (a near tie between experts): "
+                  "choose other tokens (--seed) or a larger --router-scale")
+            return 1
         if original_ref is not None:
             q_err = rel_err(ref, original_ref)
             print(f"{args.quantize} against the original model (reference logits): rel err "

@@ -33,6 +33,8 @@ RoPE frequency factors (any architecture whose file has them):
   - <arch>.rope.scaling.attn_factor (default 1, as llama.cpp's hparams.rope_attn_factor)
     multiplies cos and sin (so each of q and k), as ggml's rope_yarn mscale and HF's
     attention_scaling do.
+and for the mixtures of experts (llama with expert_count: Mixtral; qwen2moe; qwen3moe), whose
+feed-forward is llama.cpp's build_moe_ffn: see moe_ffn;
 and for qwen2 / qwen3 / phi3 GGUF files (Hugging Face's Qwen2/Qwen3/Phi3 modeling, with
 llama.cpp's GGUF layout):
   - RoPE in NEOX mode for all three (llama.cpp's llama_model_rope_type; HF's rotate_half);
@@ -73,8 +75,8 @@ from gguf import GGMLQuantizationType as QT
 # a backend that rounds activations (to F16, BF16 or 8-bit blocks) may differ.
 MatmulInputRounding = Callable[[np.ndarray, QT], np.ndarray]
 
-ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3", "phi3")
-NEOX_ARCHITECTURES = ("gemma3", "qwen2", "qwen3", "phi3")
+ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
+NEOX_ARCHITECTURES = ("gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
 
 
 @dataclass
@@ -101,6 +103,11 @@ class HParams:
     rope_freq_factors: np.ndarray | None = None
     rope_attn_factor: float = 1.0
     n_ctx: int = 0  # the run's context size (phi3: picks the long or short factors)
+    # mixture of experts (expert_count > 0): experts per token, and whether their weights are
+    # normalized to sum 1 (Mixtral, qwen3moe; not qwen2moe)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    expert_norm: bool = True
 
 
 class RefModel:
@@ -150,6 +157,10 @@ class RefModel:
                 hp.kq_scale = 1.0 / np.sqrt(n_embd // n_head)
         self._cache: dict[str, np.ndarray] = {}
         hp = self.hp
+        hp.n_expert = int(self.field(f"{a}.expert_count", 0))
+        if hp.n_expert:
+            hp.n_expert_used = int(self.field(f"{a}.expert_used_count"))
+            hp.expert_norm = arch != "qwen2moe"
         hp.n_ctx = int(n_ctx) if n_ctx else int(self.field(f"{a}.context_length", 0))
         hp.rope_attn_factor = float(self.field(f"{a}.rope.scaling.attn_factor", 1.0))
         if arch == "llama" and self.has("rope_freqs.weight"):
@@ -244,9 +255,65 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class RoutingTrace:
+    """What the mixture-of-experts layers chose: per layer the router logits [n_tokens, E] and
+    the chosen experts [n_tokens, k]; margin is the smallest gap between the k-th and the
+    (k+1)-th largest logit of any token in any layer (inf when k = E): a perturbation of the
+    logits smaller than half of it cannot change any choice."""
+    logits: list[np.ndarray] = field(default_factory=list)
+    chosen: list[np.ndarray] = field(default_factory=list)
+    margin: float = float("inf")
+
+
+def moe_ffn(h: np.ndarray, b: str, m: "RefModel", matmul, trace: RoutingTrace | None):
+    """llama.cpp's build_moe_ffn for these families: top-k of the router's softmax (ties to the
+    lower index), their probabilities (normalized to sum 1 for Mixtral and qwen3moe), each
+    chosen expert's SwiGLU feed-forward, the weighted sum; qwen2moe adds the shared expert
+    times sigmoid(ffn_gate_inp_shexp . h)."""
+    hp = m.hp
+    k = hp.n_expert_used
+    z = matmul(h, b + "ffn_gate_inp.weight")  # [n, E]
+    order = np.argsort(-z, axis=-1, kind="stable")
+    chosen = order[:, :k]
+    probs = softmax(z)
+    w = np.take_along_axis(probs, chosen, axis=-1)
+    if hp.expert_norm:
+        w = w / w.sum(axis=-1, keepdims=True)
+    if trace is not None:
+        trace.logits.append(z)
+        trace.chosen.append(chosen)
+        if k < z.shape[1]:
+            zs = np.take_along_axis(z, order, axis=-1)
+            trace.margin = min(trace.margin, float((zs[:, k - 1] - zs[:, k]).min()))
+    gate, up, down = (m.weight(b + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        for j in range(k):
+            e = chosen[t, j]
+            x = matmul.rounded(h[t:t + 1], b + "ffn_up_exps.weight")
+            g = x @ gate[e].T
+            u = x @ up[e].T
+            a = matmul.rounded(silu(g) * u, b + "ffn_down_exps.weight")
+            out[t] += w[t, j] * (a @ down[e].T)[0]
+    if m.has(b + "ffn_gate_inp_shexp.weight"):
+        gate_value = 1.0 / (1.0 + np.exp(-(h @ m.weight(b + "ffn_gate_inp_shexp.weight"))))
+        shared = matmul(silu(matmul(h, b + "ffn_gate_shexp.weight"))
+                        * matmul(h, b + "ffn_up_shexp.weight"), b + "ffn_down_shexp.weight")
+        out = out + gate_value[:, None] * shared
+    return out
+
+
 def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
-           rounding: MatmulInputRounding | None = None) -> np.ndarray:
-    """Logits for every position of token_ids (positions 0..n-1): [n_tokens, n_vocab]."""
+           rounding: MatmulInputRounding | None = None,
+           trace: RoutingTrace | None = None) -> np.ndarray:
+    """Logits for every position of token_ids (positions 0..n-1): [n_tokens, n_vocab]. With a
+    trace, the mixture-of-experts layers record their routing there."""
     if kv_cache not in ("f32", "f16"):
         raise ValueError(f"kv_cache must be f32 or f16, not {kv_cache!r}")
     m = model_path if isinstance(model_path, RefModel) else RefModel(model_path)
@@ -265,10 +332,12 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
     group = hp.n_head // hp.n_head_kv
     positions = np.arange(n)
 
+    def rounded(x: np.ndarray, name: str) -> np.ndarray:
+        return rounding(x, m.tensor_type(name)) if rounding is not None else x
+
     def matmul(x: np.ndarray, name: str) -> np.ndarray:
-        if rounding is not None:
-            x = rounding(x, m.tensor_type(name))
-        return x @ m.weight(name).T
+        return rounded(x, name) @ m.weight(name).T
+    matmul.rounded = rounded
 
     def norm(x: np.ndarray, name: str) -> np.ndarray:
         return rms_norm(x, m.weight(name), hp.rms_eps)
@@ -295,14 +364,14 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
             q = matmul(h, b + "attn_q.weight")
             k = matmul(h, b + "attn_k.weight")
             v = matmul(h, b + "attn_v.weight")
-        if hp.arch == "qwen2":
+        if hp.arch in ("qwen2", "qwen2moe"):
             q = q + m.weight(b + "attn_q.bias")
             k = k + m.weight(b + "attn_k.bias")
             v = v + m.weight(b + "attn_v.bias")
         q = q.reshape(n, hp.n_head, hd)
         k = k.reshape(n, hp.n_head_kv, hd)
         v = v.reshape(n, hp.n_head_kv, hd)
-        if gemma or hp.arch == "qwen3":
+        if gemma or hp.arch in ("qwen3", "qwen3moe"):
             q = norm(q, b + "attn_q_norm.weight")
             k = norm(k, b + "attn_k_norm.weight")
         q = rope(q, positions, hp.n_rot, base, rope_scale, neox=neox,
@@ -327,6 +396,9 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
 
         h = norm(x, b + "ffn_norm.weight")
         act = gelu_tanh if gemma else silu
+        if hp.n_expert:
+            x = x + moe_ffn(h, b, m, matmul, trace)
+            continue
         if phi3:
             gate_up = matmul(h, b + "ffn_up.weight")
             n_ff = gate_up.shape[-1] // 2

@@ -138,6 +138,7 @@ class CpuDevice final : public Device {
   std::string unsupported_reason(const Tensor& n) const override {
     switch (n.op) {
       case OpKind::MatMul:
+      case OpKind::MatMulId:
       case OpKind::GetRows:
         if (!dtype_info(n.src[0]->type).computable)
           return fmt::format("no CPU kernel for {} weights", dtype_name(n.src[0]->type));
@@ -202,7 +203,16 @@ class CpuDevice final : public Device {
       case OpKind::Gelu:
       case OpKind::Scale:
       case OpKind::SwiGlu:
+      case OpKind::Sigmoid:
         return cpu::elementwise(ctx_, n);
+      case OpKind::TopK:
+        return cpu::top_k(ctx_, n);
+      case OpKind::ExpertWeights:
+        return cpu::expert_weights(ctx_, n);
+      case OpKind::MatMulId:
+        return cpu::matmul_id(ctx_, n);
+      case OpKind::ExpertSum:
+        return cpu::expert_sum(ctx_, n);
       case OpKind::Count:
         break;
     }

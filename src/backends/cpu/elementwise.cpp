@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/row_ops.h"
 
@@ -36,6 +38,9 @@ void elementwise(Context& ctx, Tensor& node) {
         break;
       case OpKind::SwiGlu:
         rows.silu(x, y, out, n);
+        break;
+      case OpKind::Sigmoid:
+        for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
         break;
       default:
         break;

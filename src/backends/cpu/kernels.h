@@ -35,6 +35,10 @@ struct Context {
   bool batch_invariant = false;
   std::vector<unsigned char> scratch;  // grown on demand (activation quantization, ...)
   RopeTable rope;
+  // matmul_id's grouping of (slot, token) pairs by expert and its gathered activations and
+  // products (matmul itself uses `scratch`).
+  std::vector<int64_t> expert_order, expert_first;
+  std::vector<float> gather_x, gather_y;
   void* scratch_bytes(size_t n) {
     if (scratch.size() < n) scratch.resize(n);
     return scratch.data();
@@ -54,8 +58,13 @@ void rope(Context& ctx, Tensor& node);
 void softmax(Context& ctx, Tensor& node);
 void attention(Context& ctx, Tensor& node);
 void copy(Context& ctx, Tensor& node);
-// add, mul, silu, gelu, swiglu
+// add, mul, silu, gelu, scale, swiglu, sigmoid
 void elementwise(Context& ctx, Tensor& node);
+// Mixture of experts (moe.cpp).
+void top_k(Context& ctx, Tensor& node);
+void expert_weights(Context& ctx, Tensor& node);
+void matmul_id(Context& ctx, Tensor& node);
+void expert_sum(Context& ctx, Tensor& node);
 
 // Row pointer helpers for tensors with byte strides.
 inline char* row_ptr(const Tensor& t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {

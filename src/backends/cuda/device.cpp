@@ -194,6 +194,12 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
       if (q.ne[1] > 65535 || q.ne[2] > 65535) return "more than 65535 heads or tokens";
       return {};
     }
+    case OpKind::Sigmoid:
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+    case OpKind::MatMulId:
+    case OpKind::ExpertSum:
+      return "the mixture-of-experts ops have no CUDA/HIP kernels yet";
     case OpKind::Count:
       break;
   }
@@ -275,6 +281,11 @@ void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
       case OpKind::Attention:
         attention(l, *n);
         break;
+      case OpKind::Sigmoid:
+      case OpKind::TopK:
+      case OpKind::ExpertWeights:
+      case OpKind::MatMulId:
+      case OpKind::ExpertSum:
       case OpKind::Count:
         throw BackendError(fmt::format("{}: no kernel for {}", info_.id, op_name(n->op)));
     }

@@ -177,6 +177,12 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       if (q.ne[1] > kMaxGroups || q.ne[2] > kMaxGroups) return "more than 65535 heads or tokens";
       return {};
     }
+    case OpKind::Sigmoid:
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+    case OpKind::MatMulId:
+    case OpKind::ExpertSum:
+      return "the mixture-of-experts ops have no Vulkan kernels yet";
     case OpKind::Count:
       break;
   }
