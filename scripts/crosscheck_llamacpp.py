@@ -104,6 +104,16 @@ def _no_sliding_window(m: llama_ref.RefModel) -> None:
     m.hp.sliding_layers = [False] * m.hp.n_layer
 
 
+def _flip_expert_norm(m: llama_ref.RefModel) -> None:
+    m.hp.expert_norm = not m.hp.expert_norm
+
+
+def _no_shared_expert(m: llama_ref.RefModel) -> None:
+    for layer in range(m.hp.n_layer):
+        full = f"blk.{layer}.ffn_down_shexp.weight"
+        m._cache[full] = np.zeros_like(m.weight(full))
+
+
 def cases() -> list[Case]:
     def P(**kw) -> ModelParams:
         return ModelParams(**kw)
@@ -139,6 +149,18 @@ def cases() -> list[Case]:
              ref_kwargs=dict(n_ctx=512)),
         Case("phi3_longrope_partial_long", P(seed=21, n_rot_override=8, **lr), ctx=512,
              ref_kwargs=dict(n_ctx=512)),
+        # Mixtures of experts (decisive routing, make_llama_gguf.py): 2 of 8 experts.
+        Case("qwen3moe", P(arch="qwen3moe", seed=31, head_dim_override=32, n_expert=8,
+                           n_expert_used=2),
+             ablation=("weights not normalized", _flip_expert_norm)),
+        Case("qwen3moe_k1", P(arch="qwen3moe", seed=34, head_dim_override=32, n_expert=8,
+                              n_expert_used=1)),
+        Case("qwen2moe", P(arch="qwen2moe", seed=32, n_expert=8, n_expert_used=2),
+             ablation=("without the shared expert", _no_shared_expert)),
+        Case("qwen2moe_norm", P(arch="qwen2moe", seed=35, n_expert=8, n_expert_used=2),
+             ablation=("weights normalized", _flip_expert_norm)),
+        Case("mixtral", P(seed=33, n_expert=4, n_expert_used=2),
+             ablation=("weights not normalized", _flip_expert_norm)),
     ]
 
 

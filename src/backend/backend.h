@@ -116,8 +116,9 @@ using BackendCreateFn = Backend* (*)();
 inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
 // against these structs, so one built for another layout is refused rather than called. Raise
-// the number whenever a type in this header changes.
-inline constexpr int kBackendAbiVersion = 5;
+// the number whenever a type in this header changes (graph/tensor.h's Tensor and OpKind too: 6
+// added the mixture-of-experts ops and Tensor::experts).
+inline constexpr int kBackendAbiVersion = 6;
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

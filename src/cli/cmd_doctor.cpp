@@ -75,6 +75,11 @@ Check placement_check(const std::string& api_text, const DeviceInfo* gpu, const 
       m.fix =
           "a smaller quantization (polystack quantize ... Q4_K_M) or a shorter context (-c) "
           "puts more of it on the GPU";
+    } else if (gpu && !plan.experts_text().empty()) {
+      m.status = Status::Warn;
+      m.fix =
+          "every layer is on the GPU but some routed experts run on the CPU (few run per "
+          "token); a smaller quantization or a shorter context (-c) brings more of them over";
     }
     if (gpu && devs[0].free == 0) m.status = Status::Warn;
     mc.plans.emplace_back(gpu ? gpu->id : cpu.id, std::move(plan));

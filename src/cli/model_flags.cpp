@@ -134,6 +134,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
         f.context.split_layers = true;
       },
       "Shares of the layers per GPU in id order, like 3,1 (implies --split-mode layer)");
+  cmd->add_flag_callback(
+      "--cpu-moe", [&f] { f.context.n_cpu_moe = 1 << 24; },
+      "Keep every layer's routed experts (a mixture of experts' ffn_*_exps) on the CPU, the rest "
+      "of the layers where -ngl puts them");
+  cmd->add_option("--n-cpu-moe", f.context.n_cpu_moe,
+                  "Keep the routed experts of the first N layers on the CPU (default: with their "
+                  "layers, or on the CPU first when -ngl auto cannot fit every layer whole)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--main-gpu", f.context.main_gpu,
                   "With --split-mode none: the GPU to use, an index into the GPUs that passed "
                   "their checks in id order (default: the best)")
@@ -188,6 +196,9 @@ void print_plan_detail(const ModelContext& s) {
                dev.free ? human_bytes(dev.free) : "unknown",
                dev.free ? fmt::format(" (headroom {})", human_bytes(p.headroom[d])) : "");
   }
+  if (const std::string e = p.experts_text(); !e.empty())
+    fmt::print(stderr, "polystack:   routed experts of {} on {}: {}\n", e, p.devices.back().id,
+               p.experts_note);
 }
 
 }  // namespace ps::cli

@@ -161,6 +161,13 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
   return out;
 }
 
+namespace {
+// Why no GPU can run a mixture of experts' routed experts (the first layer's nodes asked of each),
+// or "" when they can or the model has none.
+std::string experts_unsupported(const LoadedModel& m, const ContextShape& shape,
+                                const std::vector<Device*>& gpus);
+}  // namespace
+
 PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
                           const std::vector<Device*>& devices, const ContextOptions& opts) {
   uint64_t compute = 0;
@@ -175,6 +182,9 @@ PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
   // Without a GPU, --tensor-split is a no-op (open_devices noted it).
   if (devices.size() > 1) req.tensor_split = opts.tensor_split;
   req.strict = opts.strict;
+  req.n_cpu_moe = opts.n_cpu_moe;
+  req.experts_cpu_reason =
+      experts_unsupported(model, shape, std::vector<Device*>(devices.begin(), devices.end() - 1));
   return plan_placement(units, compute, pdevs, req);
 }
 
@@ -216,7 +226,8 @@ ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const Conte
   std::vector<Device*> devices;
   for (const auto& d : devices_) devices.push_back(d.get());
   plan_ = plan_layers(*model_, shape, devices, opts);
-  scheduler_ = std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device);
+  scheduler_ =
+      std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device, plan_.expert_devices());
   allocate_kv(shape);
   upload_weights();
   warnings_ = context_warnings(model_->model->params(), opts, shape);
@@ -446,6 +457,22 @@ Tensor* measure_forward(const LoadedModel& m, Graph& g, std::span<const int32_t>
   return m.model->build_graph(g, in);
 }
 
+std::string experts_unsupported(const LoadedModel& m, const ContextShape& shape,
+                                const std::vector<Device*>& gpus) {
+  if (gpus.empty() || m.model->params().n_expert == 0) return {};
+  const std::vector<int32_t> tokens(size_t(std::min(shape.n_batch, shape.n_ctx)), 0);
+  Graph g;
+  std::vector<int32_t> pos;
+  measure_forward(m, g, tokens, pos, 0, shape.n_ctx, shape.n_batch);
+  for (const Device* d : gpus)
+    for (const Tensor* n : g.nodes())
+      if (n->experts && n->layer == 0)
+        if (std::string why = d->unsupported_reason(*n); !why.empty())
+          return fmt::format("{} cannot run the routed experts ({}: {})", d->info().id,
+                             op_name(n->op), why);
+  return {};
+}
+
 }  // namespace
 
 std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape& shape, Device& cpu,
@@ -459,19 +486,26 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape&
   Tensor* logits = measure_forward(m, g, tokens, pos, n_ctx - T, n_ctx, shape.n_batch);
   const int n_units = int(p.n_layer) + 2;
   std::vector<UnitCost> units(static_cast<size_t>(n_units));
-  // Each weight counts for every unit whose nodes read it (a view for the tensor it views).
-  std::vector<std::set<const Tensor*>> read(static_cast<size_t>(n_units));
+  // Each weight counts for every unit whose nodes read it (a view for the tensor it views); the
+  // routed experts' (read by Tensor::experts nodes) also as the unit's experts.
+  std::vector<std::set<const Tensor*>> read(static_cast<size_t>(n_units)),
+      experts(static_cast<size_t>(n_units));
   for (const Tensor* n : g.nodes())
     for (const Tensor* s : n->src) {
       while (s && s->op == OpKind::View) s = s->src[0];
-      if (s && s->op == OpKind::None && s->constant)
-        read[size_t(std::clamp(n->layer + 1, 0, n_units - 1))].insert(s);
+      if (s && s->op == OpKind::None && s->constant) {
+        const size_t u = size_t(std::clamp(n->layer + 1, 0, n_units - 1));
+        read[u].insert(s);
+        if (n->experts) experts[u].insert(s);
+      }
     }
-  for (int u = 0; u < n_units; ++u)
+  for (int u = 0; u < n_units; ++u) {
     for (const Tensor* w : read[size_t(u)]) {
       units[size_t(u)].weights += w->n_bytes();
       if (u == 0 && read[size_t(n_units - 1)].count(w)) units[0].shared_with_output += w->n_bytes();
     }
+    for (const Tensor* w : experts[size_t(u)]) units[size_t(u)].experts += w->n_bytes();
+  }
   // K and V: each layer's group's cells of the pool.
   const KvGroups groups = kv_groups(p, shape);
   const uint64_t row = kv_row_bytes(p);

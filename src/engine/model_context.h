@@ -54,6 +54,10 @@ struct ContextOptions {
   bool split_layers = false;
   std::vector<double> tensor_split;
   int main_gpu = -1;
+  // A mixture of experts' routed experts on the CPU for the first N layers (--n-cpu-moe N;
+  // --cpu-moe: every layer); -1: with their layers, or on the CPU first when -ngl auto cannot
+  // fit every layer whole (LayerRequest::n_cpu_moe).
+  int n_cpu_moe = -1;
   // --deterministic: a sequence's tokens computed the same way whatever else shares its batch
   // (DeviceOptions::batch_invariant), so a greedy answer does not depend on other requests.
   bool deterministic = false;

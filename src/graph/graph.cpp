@@ -139,6 +139,7 @@ Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
   t.name += '#';
   t.name.append(number, end);
   t.layer = layer_;
+  t.experts = experts_;
   nodes_.push_back(&t);
   return &t;
 }

@@ -63,6 +63,8 @@ class Graph {
 
   // The model layer the nodes created from now on belong to (Tensor::layer).
   void set_layer(int layer) { layer_ = layer; }
+  // Whether the nodes created from now on compute routed experts (Tensor::experts).
+  void set_experts(bool on) { experts_ = on; }
 
   // Every tensor in creation order; nodes() are the ones with an op (View included).
   const std::vector<Tensor*>& nodes() const { return nodes_; }
@@ -80,6 +82,7 @@ class Graph {
   std::vector<Tensor*> all_;
   std::vector<Tensor*> nodes_;
   int layer_ = -1;
+  bool experts_ = false;
 };
 
 }  // namespace ps

@@ -61,6 +61,9 @@ struct Tensor {
   // The bytes never change while any device that computed with them is alive (model weights):
   // a backend may keep a copy derived from them (packed, uploaded) keyed by data.
   bool constant = false;
+  // The node computes a mixture of experts' routed experts (Graph::set_experts): the placement
+  // plan may run these on another device than the rest of their layer (--cpu-moe).
+  bool experts = false;
   // Its position in its graph's all() (Graph sets it), so that passes over a graph can keep
   // per-tensor facts in vectors; -1 outside a graph.
   int32_t index = -1;

@@ -101,6 +101,9 @@ ExpertWeightsSet Model::expert_weights(const gguf::File& f, int64_t l) {
 Tensor* Model::experts_ffn(Graph& g, const ExpertWeightsSet& w, Tensor* h) const {
   const auto& p = params_;
   const int64_t T = h->ne[1];
+  // The router and the routed experts may run apart from the layer (PlacementPlan::
+  // experts_on_cpu): only h goes over and their sum comes back.
+  g.set_experts(true);
   Tensor* logits = g.matmul(w.router, h);  // [E, T]
   Tensor* ids = g.top_k(logits, int32_t(p.n_expert_used));
   Tensor* weights = g.expert_weights(logits, ids, p.expert_weights);
@@ -109,6 +112,7 @@ Tensor* Model::experts_ffn(Graph& g, const ExpertWeightsSet& w, Tensor* h) const
   Tensor* gate = g.matmul_id(w.gate_exps, x, ids);
   Tensor* down = g.matmul_id(w.down_exps, g.swiglu(gate, up), ids);  // [n_embd, k, T]
   Tensor* out = g.expert_sum(down, weights);
+  g.set_experts(false);
   if (!w.shared_router) return out;
   // The shared expert's output is an "expert" of its own whose weight is sigmoid(router . x).
   Tensor* gate_value = g.sigmoid(g.matmul(w.shared_router, h));  // [1, T]

@@ -20,16 +20,23 @@ std::string unit_name(int unit, int n_units) {
 }
 
 // The bytes units put on one device: weights (a tied embedding once), KV caches, and the
-// compute buffer when it runs anything.
-uint64_t device_need(const std::vector<UnitCost>& units, const std::vector<int>& unit_device, int d,
-                     uint64_t compute) {
+// compute buffer when it runs anything; routed experts kept on the CPU (experts_on_cpu, device
+// `cpu`) count there instead of on their unit's GPU.
+uint64_t device_need(const std::vector<UnitCost>& units, const std::vector<int>& unit_device,
+                     const std::vector<bool>& experts_on_cpu, int cpu, int d, uint64_t compute) {
   uint64_t n = 0;
   bool any = false;
   const int last = int(units.size()) - 1;
   for (int u = 0; u <= last; ++u) {
+    const UnitCost& c = units[size_t(u)];
+    const bool apart = experts_on_cpu[size_t(u)] && unit_device[size_t(u)] != cpu;
+    if (apart && d == cpu) {
+      n += c.experts;
+      any = true;
+    }
     if (unit_device[size_t(u)] != d) continue;
     any = true;
-    n += units[size_t(u)].weights + units[size_t(u)].kv;
+    n += c.weights + c.kv - (apart ? c.experts : 0);
   }
   if (unit_device[0] == d && unit_device[size_t(last)] == d) n -= units[0].shared_with_output;
   return any ? n + compute : 0;
@@ -79,13 +86,46 @@ bool PlacementPlan::single_device() const {
   return std::all_of(unit_device.begin(), unit_device.end(), [](int d) { return d == 0; });
 }
 
+std::vector<int> PlacementPlan::expert_devices() const {
+  std::vector<int> out = unit_device;
+  const int cpu = int(devices.size()) - 1;
+  for (size_t u = 0; u < out.size(); ++u)
+    if (u < experts_on_cpu.size() && experts_on_cpu[u]) out[u] = cpu;
+  return out;
+}
+
+std::string PlacementPlan::experts_text() const {
+  const int n = n_units(), cpu = int(devices.size()) - 1;
+  std::vector<std::string> parts;
+  for (int u = 1; u + 1 < n; ++u) {
+    const auto apart = [&](int v) {
+      return experts_on_cpu[size_t(v)] && unit_device[size_t(v)] != cpu;
+    };
+    if (!apart(u)) continue;
+    int v = u;
+    while (v + 2 < n && apart(v + 1)) ++v;
+    parts.push_back(v == u ? fmt::format("layer {}", u - 1)
+                           : fmt::format("layers {}-{}", u - 1, v - 1));
+    u = v;
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string PlacementPlan::units_text(int device) const {
   const int n = n_units();
   std::vector<std::string> parts;
   int count = 0;
   for (int u = 0; u < n; ++u) count += unit_device[size_t(u)] == device;
-  if (count == n) return "everything";
-  if (count == 0) return "nothing";
+  // The CPU also runs the routed experts its GPUs' layers leave to it.
+  std::string experts;
+  if (device == int(devices.size()) - 1 && !experts_on_cpu.empty())
+    if (const std::string e = experts_text(); !e.empty())
+      experts = fmt::format("the routed experts of {}", e);
+  if (count == n)
+    return device != int(devices.size()) - 1 && !experts_on_cpu.empty() && !experts_text().empty()
+               ? "everything but routed experts"
+               : "everything";
+  if (count == 0) return experts.empty() ? "nothing" : experts;
   if (unit_device[0] == device) parts.push_back("input");
   for (int u = 1; u + 1 < n; ++u) {
     if (unit_device[size_t(u)] != device) continue;
@@ -96,6 +136,7 @@ std::string PlacementPlan::units_text(int device) const {
     u = v;
   }
   if (unit_device[size_t(n - 1)] == device) parts.push_back("output");
+  if (!experts.empty()) parts.push_back(experts);
   return fmt::format("{}", fmt::join(parts, " + "));
 }
 
@@ -115,13 +156,21 @@ nlohmann::json PlacementPlan::to_json() const {
                             {"need_bytes", need[d]},
                             {"units", units_text(int(d))}});
   j["units"] = nlohmann::json::array();
-  for (int u = 0; u < n_units(); ++u)
-    j["units"].push_back({{"unit", unit_name(u, n_units())},
-                          {"layer", u - 1},
-                          {"device", devices[size_t(unit_device[size_t(u)])].id},
-                          {"weights_bytes", units[size_t(u)].weights},
-                          {"kv_bytes", units[size_t(u)].kv},
-                          {"shared_with_output_bytes", units[size_t(u)].shared_with_output}});
+  const std::vector<int> expert_device = expert_devices();
+  for (int u = 0; u < n_units(); ++u) {
+    nlohmann::json unit = {{"unit", unit_name(u, n_units())},
+                           {"layer", u - 1},
+                           {"device", devices[size_t(unit_device[size_t(u)])].id},
+                           {"weights_bytes", units[size_t(u)].weights},
+                           {"kv_bytes", units[size_t(u)].kv},
+                           {"shared_with_output_bytes", units[size_t(u)].shared_with_output}};
+    if (units[size_t(u)].experts > 0) {
+      unit["experts_bytes"] = units[size_t(u)].experts;
+      unit["experts_device"] = devices[size_t(expert_device[size_t(u)])].id;
+    }
+    j["units"].push_back(unit);
+  }
+  if (!experts_note.empty()) j["experts_note"] = experts_note;
   j["fallbacks"] = fallbacks;
   return j;
 }
@@ -175,14 +224,31 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
     for (int i = 0; i < k; ++i) on_gpu[size_t(order[size_t(i)])] = true;
     return g == 0 ? std::vector<int>(size_t(n), 0) : assign(on_gpu, share);
   };
+  // Routed experts apart on the CPU: all of them when no GPU runs them, the first n_cpu_moe
+  // layers' when asked; auto fit may add more below.
+  std::vector<bool>& apart = plan.experts_on_cpu;
+  apart.assign(size_t(n), false);
+  const bool has_experts =
+      std::any_of(units.begin(), units.end(), [](const UnitCost& u) { return u.experts > 0; });
+  if (has_experts && g > 0) {
+    if (!req.experts_cpu_reason.empty()) {
+      apart.assign(size_t(n), true);
+      plan.experts_note = req.experts_cpu_reason;
+    } else if (req.n_cpu_moe >= 0) {
+      for (int u = 1; u + 1 < n && u <= req.n_cpu_moe; ++u) apart[size_t(u)] = true;
+      plan.experts_note =
+          req.n_cpu_moe >= L ? "--cpu-moe" : fmt::format("--n-cpu-moe {}", req.n_cpu_moe);
+    }
+  }
   const auto over = [&](const std::vector<int>& ud, int d) {
-    return devices[size_t(d)].free != 0 && device_need(units, ud, d, compute) > budget(d);
+    return devices[size_t(d)].free != 0 && device_need(units, ud, apart, g, d, compute) > budget(d);
   };
   const bool all_known = std::all_of(devices.begin(), devices.end() - 1,
                                      [](const PlacementDevice& d) { return d.free != 0; });
-  if (g > 0 && req.mode == Mode::Auto && req.tensor_split.empty() && all_known) {
-    // Auto fit packs the GPUs from the last: each takes units in order while they fit, then
-    // the one before it takes over, so that every GPU holds one run of layers.
+  // Auto fit packs the GPUs from the last: each takes units in order while they fit, then the
+  // one before it takes over, so that every GPU holds one run of layers. True when every unit
+  // found a GPU.
+  const auto pack = [&] {
     plan.unit_device.assign(size_t(n), g);
     int d = g - 1;
     for (int u : order) {
@@ -191,7 +257,28 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
         if (!over(plan.unit_device, d)) break;
         plan.unit_device[size_t(u)] = g;
       }
-      if (d < 0) break;
+      if (d < 0) return false;
+    }
+    return true;
+  };
+  if (g > 0 && req.mode == Mode::Auto && req.tensor_split.empty() && all_known) {
+    if (!pack() && has_experts && req.n_cpu_moe < 0 && req.experts_cpu_reason.empty()) {
+      // Not everything fits: the experts go to the CPU first, then come back to the GPUs from
+      // the last layer down while they fit (the first layers' stay, as with --n-cpu-moe).
+      for (int u = 1; u + 1 < n; ++u) apart[size_t(u)] = units[size_t(u)].experts > 0;
+      pack();
+      for (int u = n - 2; u >= 1; --u) {
+        if (!apart[size_t(u)] || plan.unit_device[size_t(u)] == g) continue;
+        apart[size_t(u)] = false;
+        if (over(plan.unit_device, plan.unit_device[size_t(u)])) {
+          apart[size_t(u)] = true;
+          break;
+        }
+      }
+      if (!plan.experts_text().empty())
+        plan.experts_note =
+            "auto fit: the GPUs cannot hold every layer whole, and attention "
+            "gains more from them than experts of which few run per token";
     }
   } else {
     int k = 0;
@@ -211,7 +298,7 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
     plan.unit_device = plan_for(k);
   }
   for (int d = 0; d <= g; ++d)
-    plan.need.push_back(device_need(units, plan.unit_device, d, compute));
+    plan.need.push_back(device_need(units, plan.unit_device, apart, g, d, compute));
 
   const auto free_text = [&](int d) {
     const PlacementDevice& dev = devices[size_t(d)];

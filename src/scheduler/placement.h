@@ -19,6 +19,9 @@ struct UnitCost {
   // Of `weights`, the bytes the output unit reads too (a tied embedding): counted once when
   // both units share a device. Only the input unit has any.
   uint64_t shared_with_output = 0;
+  // Of `weights`, the bytes of a mixture of experts' routed experts and their router: a unit
+  // on a GPU may leave these on the CPU (PlacementPlan::experts_on_cpu).
+  uint64_t experts = 0;
 };
 
 struct PlacementDevice {
@@ -36,17 +39,27 @@ struct LayerRequest {
   // equal shares.
   std::vector<double> tensor_split;
   bool strict = false;  // auto fit leaving a unit on the CPU is an error
+  // Routed experts: -1 lets them follow their layer, except that auto fit keeps them on the CPU
+  // first when the GPUs cannot hold every unit whole (attention and the shared weights gain
+  // more from a GPU, and only a few experts run per token); N >= 0 keeps those of the first N
+  // layers on the CPU (llama.cpp's --n-cpu-moe; --cpu-moe is every layer).
+  int n_cpu_moe = -1;
+  // Non-empty: no GPU can run the experts (why, for the summary); they all stay on the CPU.
+  std::string experts_cpu_reason;
 };
 
 struct PlacementPlan {
   std::vector<PlacementDevice> devices;  // the GPUs in order, the CPU last
   std::vector<UnitCost> units;           // what each unit costs
   std::vector<int> unit_device;          // per unit, an index into devices
-  std::vector<uint64_t> need;            // per device: the bytes the plan puts there
-  std::vector<uint64_t> headroom;        // per device: the free memory the plan leaves alone
-  uint64_t compute = 0;                  // the compute buffer of each device that runs a unit
-  uint64_t whole_model = 0;              // everything on one device
-  std::string mode;                      // "-ngl auto", "-ngl 3", "-ngl all"
+  // Per unit: its routed experts run on the CPU though the unit is on a GPU.
+  std::vector<bool> experts_on_cpu;
+  std::string experts_note;        // why the experts are where they are, when not with their layers
+  std::vector<uint64_t> need;      // per device: the bytes the plan puts there
+  std::vector<uint64_t> headroom;  // per device: the free memory the plan leaves alone
+  uint64_t compute = 0;            // the compute buffer of each device that runs a unit
+  uint64_t whole_model = 0;        // everything on one device
+  std::string mode;                // "-ngl auto", "-ngl 3", "-ngl all"
   // The plan in one line: "layers 10-31 + output on cuda:0 (5.1 of 5.6 GiB free), input +
   // layers 0-9 on cpu: the whole model needs 7.2 GiB (-ngl auto)".
   std::string summary;
@@ -59,6 +72,10 @@ struct PlacementPlan {
   bool single_device() const;
   // Layers (with input and output) per device in words: "layers 2-4 + output".
   std::string units_text(int device) const;
+  // Per unit, the device of its routed experts (an index into devices).
+  std::vector<int> expert_devices() const;
+  // The layers whose experts run on the CPU apart from them, in words ("layers 0-9"); "" if none.
+  std::string experts_text() const;
   nlohmann::json to_json() const;
 };
 

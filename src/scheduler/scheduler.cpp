@@ -79,9 +79,19 @@ class OffsetAllocator {
 
 }  // namespace
 
-Scheduler::Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices)
-    : devices_(std::move(devices)), strict_(strict), layer_devices_(std::move(layer_devices)) {
+Scheduler::Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices,
+                     std::vector<int> expert_devices)
+    : devices_(std::move(devices)),
+      strict_(strict),
+      layer_devices_(std::move(layer_devices)),
+      expert_devices_(std::move(expert_devices)) {
   if (devices_.empty()) throw BackendError("scheduler: no device to run on");
+  if (!expert_devices_.empty() && expert_devices_.size() != layer_devices_.size())
+    throw BackendError("scheduler: the experts' plan and the layers' differ in length");
+  for (int d : expert_devices_)
+    if (d < 0 || size_t(d) >= devices_.size())
+      throw BackendError(
+          fmt::format("scheduler: experts' plan names device {} of {}", d, devices_.size()));
   for (int d : layer_devices_)
     if (d < 0 || size_t(d) >= devices_.size())
       throw BackendError(
@@ -92,6 +102,7 @@ Scheduler::Scheduler(std::vector<Device*> devices, bool strict, std::vector<int>
 int Scheduler::planned_device(const Tensor& n) const {
   if (layer_devices_.empty()) return 0;
   const int at = std::clamp(n.layer + 1, 0, int(layer_devices_.size()) - 1);
+  if (n.experts && !expert_devices_.empty()) return expert_devices_[size_t(at)];
   return layer_devices_[size_t(at)];
 }
 

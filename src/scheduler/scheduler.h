@@ -24,8 +24,10 @@ class Scheduler {
   // devices[0] is preferred; an op its device does not support runs on another, the last
   // first (the CPU in a session), unless strict.
   // layer_devices[l + 1] is the device (an index into devices) of the nodes of layer l (-1, the
-  // input, to n, the output: Tensor::layer); empty: every layer on devices[0].
-  Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices = {});
+  // input, to n, the output: Tensor::layer); empty: every layer on devices[0]. expert_devices,
+  // when given, is the same for the nodes of routed experts (Tensor::experts).
+  Scheduler(std::vector<Device*> devices, bool strict, std::vector<int> layer_devices = {},
+            std::vector<int> expert_devices = {});
 
   // Runs the graph; `outputs` stay valid (not reused) until the next run. Leaves in host
   // memory that nodes on a device-memory device read are copied in: constant ones (weights)
@@ -77,7 +79,7 @@ class Scheduler {
 
   std::vector<Device*> devices_;
   bool strict_;
-  std::vector<int> layer_devices_;
+  std::vector<int> layer_devices_, expert_devices_;
   PlacementReport report_;
   std::vector<PerDevice> per_;
   std::vector<Transfer> transfers_;

@@ -160,7 +160,18 @@ def main() -> int:
         case("phi3 with a negative attn_factor", "phi3",
              "metadata 'phi3.rope.scaling.attn_factor' = -1 is out of range",
              kv={"phi3.rope.scaling.attn_factor": -1.0})
-        case("a mixture-of-experts qwen3", "qwen3moe", "mixture of experts")
+        # Mixtures of experts: the counts checked before any tensor is looked for; a Mixtral
+        # (llama with experts) without its router names the tensor.
+        case("a qwen3moe without expert_count", "qwen3moe",
+             "metadata 'qwen3moe.expert_count' is missing or 0")
+        case("more experts per token than experts", "qwen3moe",
+             "'qwen3moe.expert_used_count'",
+             kv={"qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 5})
+        case("a router over another gating function", "qwen3moe", "expert_gating_func",
+             kv={"qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2,
+                 "qwen3moe.expert_gating_func": 2})
+        case("a Mixtral without its router", "llama", "tensor 'blk.0.ffn_gate_inp.weight' is missing",
+             kv={"llama.expert_count": 4, "llama.expert_used_count": 2})
 
         # `inspect --json` names the features a file uses, or why polystack cannot run it.
         def inspect(label: str, arch: str, expect: list[str], add=None, kv=None,

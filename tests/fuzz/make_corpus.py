@@ -37,6 +37,14 @@ MODELS = [
     ("phi3-longrope.gguf", ["--arch", "phi3", "--longrope", "--dtype", "BF16"] + WIDE),
     ("llama-linear.gguf", ["--arch", "llama", "--rope-scaling", "linear",
                            "--rope-scale-factor", "2", "--dtype", "Q8_0"] + WIDE),
+    # Mixtures of experts: the expert counts and 3-D expert tensors for the loader to refuse.
+    ("qwen3moe.gguf", ["--arch", "qwen3moe", "--experts", "4", "--experts-used", "2",
+                       "--expert-ff", "16", "--routing", "random"] + SMALL),
+    ("qwen2moe.gguf", ["--arch", "qwen2moe", "--experts", "3", "--experts-used", "1",
+                       "--expert-ff", "16", "--shared-expert-ff", "16", "--routing", "random"]
+     + SMALL),
+    ("mixtral.gguf", ["--arch", "llama", "--experts", "3", "--experts-used", "2",
+                      "--routing", "random"] + SMALL),
 ]
 
 

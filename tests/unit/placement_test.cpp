@@ -242,5 +242,109 @@ TEST(Placement, DeviceMemoryList) {
     EXPECT_THROW(device_memory_cap(bad, "cpu"), UsageError) << bad;
 }
 
+// A mixture of experts: [input, n layers, output] where each layer holds 4 MiB of attention
+// and shared weights, 2 MiB of KV and 30 MiB of routed experts.
+std::vector<UnitCost> moe_model(int n_layer) {
+  std::vector<UnitCost> u(size_t(n_layer + 2));
+  u.front().weights = 3 * MiB;
+  for (int l = 1; l <= n_layer; ++l) u[size_t(l)] = {34 * MiB, 2 * MiB, 0, 30 * MiB};
+  u.back().weights = 7 * MiB;
+  return u;
+}
+
+// Which layers' experts run apart on the CPU: "0 1" (layer numbers).
+std::string apart(const PlacementPlan& p) {
+  std::string s;
+  for (int u = 1; u + 1 < p.n_units(); ++u)
+    if (p.experts_on_cpu[size_t(u)] && p.unit_device[size_t(u)] != int(p.devices.size()) - 1) {
+      if (!s.empty()) s += ' ';
+      s += std::to_string(u - 1);
+    }
+  return s;
+}
+
+TEST(PlacementExperts, FollowTheirLayersWhenEverythingFits) {
+  const auto units = moe_model(4);
+  const std::vector<PlacementDevice> devs = {gpu("g", 1024 * MiB), cpu(8192 * MiB)};
+  const PlacementPlan p = plan_placement(units, MiB, devs, LayerRequest{});
+  EXPECT_EQ(where(p), "g g g g g g");
+  EXPECT_EQ(apart(p), "");
+  EXPECT_EQ(p.need[1], 0u);
+  EXPECT_EQ(p.units_text(0), "everything");
+}
+
+TEST(PlacementExperts, AutoFitKeepsExpertsOnTheCpuFirstThenBringsBackTheLastLayers) {
+  const auto units = moe_model(4);
+  // Whole layers: 36 MiB each, 155 MiB in all with input, output and compute. Without their
+  // experts 6 MiB each. 110 MiB free less 11 of headroom: every layer's attention (35 MiB with
+  // input, output and compute) and the experts of two layers (60 MiB) fit, not three.
+  const std::vector<PlacementDevice> devs = {gpu("g", 110 * MiB), cpu(8192 * MiB)};
+  const PlacementPlan p = plan_placement(units, MiB, devs, LayerRequest{});
+  EXPECT_EQ(where(p), "g g g g g g") << p.summary;
+  EXPECT_EQ(apart(p), "0 1") << p.summary;
+  EXPECT_EQ(p.need[0], (3 + 7 + 4 * 6 + 2 * 30 + 1) * MiB);
+  EXPECT_EQ(p.need[1], 2 * 30 * MiB + MiB);  // the experts of layers 0 and 1, and compute
+  EXPECT_EQ(p.experts_text(), "layers 0-1");
+  EXPECT_EQ(p.units_text(1), "the routed experts of layers 0-1");
+  EXPECT_EQ(p.units_text(0), "everything but routed experts");
+  EXPECT_NE(p.summary.find("the routed experts of layers 0-1 on cpu"), std::string::npos)
+      << p.summary;
+  EXPECT_NE(p.experts_note.find("auto fit"), std::string::npos);
+  // Layer-whole auto fit would have left layers on the CPU: 99 MiB hold the output, compute
+  // and two whole layers.
+  LayerRequest whole;
+  whole.n_cpu_moe = 0;
+  EXPECT_EQ(where(plan_placement(units, MiB, devs, whole)), "cpu cpu cpu g g g");
+}
+
+TEST(PlacementExperts, AttentionFirstWhenNotEvenItFits) {
+  const auto units = moe_model(4);
+  // 30 MiB free less 3 of headroom: the output, compute and three layers without experts.
+  const std::vector<PlacementDevice> devs = {gpu("g", 30 * MiB), cpu(8192 * MiB)};
+  const PlacementPlan p = plan_placement(units, MiB, devs, LayerRequest{});
+  EXPECT_EQ(where(p), "cpu cpu g g g g") << p.summary;
+  EXPECT_EQ(apart(p), "1 2 3");
+}
+
+TEST(PlacementExperts, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
+  const auto units = moe_model(4);
+  const std::vector<PlacementDevice> devs = {gpu("g", 0), cpu()};
+  LayerRequest r = count(4);
+  r.n_cpu_moe = 3;
+  PlacementPlan p = plan_placement(units, MiB, devs, r);
+  EXPECT_EQ(where(p), "cpu g g g g cpu");
+  EXPECT_EQ(apart(p), "0 1 2");
+  EXPECT_EQ(p.experts_note, "--n-cpu-moe 3");
+  r.n_cpu_moe = 1 << 24;  // --cpu-moe
+  p = plan_placement(units, MiB, devs, r);
+  EXPECT_EQ(apart(p), "0 1 2 3");
+  EXPECT_EQ(p.experts_note, "--cpu-moe");
+  const std::vector<int> ed = p.expert_devices();
+  for (int u = 1; u <= 4; ++u) EXPECT_EQ(ed[size_t(u)], 1);
+  EXPECT_EQ(p.to_json()["units"][1]["experts_device"], "cpu");
+}
+
+TEST(PlacementExperts, AGpuThatCannotRunThemLeavesThemAllOnTheCpu) {
+  const auto units = moe_model(2);
+  const std::vector<PlacementDevice> devs = {gpu("g", 1024 * MiB), cpu(8192 * MiB)};
+  LayerRequest r;
+  r.experts_cpu_reason = "g cannot run the routed experts";
+  const PlacementPlan p = plan_placement(units, MiB, devs, r);
+  EXPECT_EQ(where(p), "g g g g");
+  EXPECT_EQ(apart(p), "0 1");
+  EXPECT_EQ(p.experts_note, r.experts_cpu_reason);
+  EXPECT_EQ(p.need[1], 60 * MiB + MiB);
+}
+
+TEST(PlacementExperts, DenseModelsAreUnchanged) {
+  const auto units = model(4);
+  const std::vector<PlacementDevice> devs = {gpu("g", 40 * MiB), cpu(8192 * MiB)};
+  LayerRequest r;
+  r.n_cpu_moe = 2;
+  const PlacementPlan p = plan_placement(units, MiB, devs, r);
+  EXPECT_EQ(apart(p), "");
+  EXPECT_EQ(p.experts_text(), "");
+}
+
 }  // namespace
 }  // namespace ps

@@ -195,11 +195,32 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
       return {};
     }
     case OpKind::Sigmoid:
+      return row_operands_problem(n);
+    case OpKind::ExpertSum:
+      if (!f32_rows(*n.src[0]) || !f32_rows(*n.src[1]) || !f32_rows(n))
+        return "only F32 operands with contiguous rows";
+      if (n.ne[1] > 65535) return "more than 65535 tokens";
+      return {};
     case OpKind::TopK:
     case OpKind::ExpertWeights:
-    case OpKind::MatMulId:
-    case OpKind::ExpertSum:
-      return "the mixture-of-experts ops have no CUDA/HIP kernels yet";
+      // top_k writes I32 indices, expert_weights F32 weights from I32 ids.
+      if (!f32_rows(*n.src[0]) || !n.is_contiguous() ||
+          (n.src[1] && (n.src[1]->type != DType::I32 || !n.src[1]->is_contiguous())))
+        return "only contiguous rows";
+      if (n.ne[1] > 65535) return "more than 65535 tokens";
+      return {};
+    case OpKind::MatMulId: {
+      const Tensor& w = *n.src[0];
+      if (!has_decoder(w.type))
+        return fmt::format("no {} kernel for {} weights", api_name(info_.api), dtype_name(w.type));
+      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n) || !f32_rows(*n.src[1]) ||
+          !n.src[2]->is_contiguous())
+        return "only contiguous rows";
+      if (w.nb[1] % 2 != 0 || w.nb[2] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+        return "rows at odd byte offsets";
+      if (n.src[2]->n_elements() > 65535LL * 65535) return "more than 65535^2 chosen experts";
+      return {};
+    }
     case OpKind::Count:
       break;
   }
@@ -258,6 +279,7 @@ void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
       case OpKind::Gelu:
       case OpKind::Scale:
       case OpKind::SwiGlu:
+      case OpKind::Sigmoid:
         elementwise(l, *n);
         break;
       case OpKind::RmsNorm:
@@ -281,11 +303,18 @@ void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
       case OpKind::Attention:
         attention(l, *n);
         break;
-      case OpKind::Sigmoid:
       case OpKind::TopK:
+        top_k(l, *n);
+        break;
       case OpKind::ExpertWeights:
+        expert_weights(l, *n);
+        break;
       case OpKind::MatMulId:
+        matmul_id(l, *n);
+        break;
       case OpKind::ExpertSum:
+        expert_sum(l, *n);
+        break;
       case OpKind::Count:
         throw BackendError(fmt::format("{}: no kernel for {}", info_.id, op_name(n->op)));
     }

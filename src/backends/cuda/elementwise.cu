@@ -5,7 +5,7 @@
 namespace ps::gpu {
 namespace {
 
-enum class Ew { Add, Mul, Silu, Gelu, Scale, SwiGlu };
+enum class Ew { Add, Mul, Silu, Gelu, Scale, SwiGlu, Sigmoid };
 
 __device__ inline float silu(float v) { return v / (1.0f + expf(-v)); }
 // 0.5 v (1 + tanh(z)) as v / (1 + exp(-2z)), as the CPU backend computes it.
@@ -40,6 +40,9 @@ __global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, int64
       case Ew::Scale:
         v = x * s;
         break;
+      case Ew::Sigmoid:
+        v = 1.0f / (1.0f + expf(-x));
+        break;
       default:
         v = silu(x) * y;
         break;
@@ -67,6 +70,9 @@ void elementwise(const Launch& l, const Tensor& node) {
       break;
     case OpKind::Scale:
       op = Ew::Scale;
+      break;
+    case OpKind::Sigmoid:
+      op = Ew::Sigmoid;
       break;
     default:
       break;

@@ -7,7 +7,7 @@
 
 namespace ps::gpu {
 
-void elementwise(const Launch& l, const Tensor& node);  // add, mul, silu, gelu, scale, swiglu
+void elementwise(const Launch& l, const Tensor& node);  // add, mul, silu, gelu, scale, swiglu, sigmoid
 void rms_norm(const Launch& l, const Tensor& node);
 void softmax(const Launch& l, const Tensor& node);
 void rope(const Launch& l, const Tensor& node);
@@ -15,6 +15,11 @@ void copy(const Launch& l, const Tensor& node);
 void get_rows(const Launch& l, const Tensor& node);
 void matmul(const Launch& l, const Tensor& node);
 void attention(const Launch& l, const Tensor& node);
+// Mixture of experts (moe.cu).
+void top_k(const Launch& l, const Tensor& node);
+void expert_weights(const Launch& l, const Tensor& node);
+void matmul_id(const Launch& l, const Tensor& node);
+void expert_sum(const Launch& l, const Tensor& node);
 
 // Whether this build's kernels can run on the current device (cudaErrorNoKernelImageForDevice
 // and the like when not).

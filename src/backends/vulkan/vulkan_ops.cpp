@@ -92,6 +92,8 @@ uint32_t elementwise_code(OpKind op) {
       return 3;
     case OpKind::Scale:
       return 5;
+    case OpKind::Sigmoid:
+      return 6;
     default:
       return 4;  // SwiGlu
   }
@@ -178,11 +180,29 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       return {};
     }
     case OpKind::Sigmoid:
+      return row_operands_problem(n);
+    case OpKind::ExpertSum:
+      if (!f32_rows(*n.src[0]) || !f32_rows(*n.src[1]) || !f32_rows(n))
+        return "only F32 operands with contiguous rows";
+      return {};
     case OpKind::TopK:
     case OpKind::ExpertWeights:
-    case OpKind::MatMulId:
-    case OpKind::ExpertSum:
-      return "the mixture-of-experts ops have no Vulkan kernels yet";
+      // top_k writes I32 indices, expert_weights F32 weights from I32 ids.
+      if (!f32_rows(*n.src[0]) || !n.is_contiguous() ||
+          (n.src[1] && (n.src[1]->type != DType::I32 || !n.src[1]->is_contiguous())))
+        return "only contiguous rows";
+      return {};
+    case OpKind::MatMulId: {
+      const Tensor& w = *n.src[0];
+      if (!weight_suffix(w.type))
+        return fmt::format("no Vulkan kernel for {} weights", dtype_name(w.type));
+      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || w.nb[2] % 2 != 0 ||
+          !f32_rows(n) || !f32_rows(*n.src[1]) || !n.src[2]->is_contiguous())
+        return "only contiguous rows";
+      if (!extras_.subgroup_arithmetic)
+        return "the matmul kernel needs subgroup arithmetic in compute shaders";
+      return {};
+    }
     case OpKind::Count:
       break;
   }
@@ -203,7 +223,8 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::SwiGlu:
     case OpKind::Silu:
     case OpKind::Gelu:
-    case OpKind::Scale: {
+    case OpKind::Scale:
+    case OpKind::Sigmoid: {
       const Tensor* b = n.src[1];
       shape(p.ne, p.a_nb, *a, sizeof(float));
       shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
@@ -354,6 +375,54 @@ void VulkanDevice::run(Tensor& n) {
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
                {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1,
                {info, sizeof(int32_t)});
+      return;
+    }
+    case OpKind::TopK:
+    case OpKind::ExpertWeights: {
+      // expert_weights: one invocation per row (token), groups of 64 along x, continued along y.
+      const uint64_t rows = uint64_t(a->ne[1]);
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, n.op == OpKind::TopK ? sizeof(int32_t) : sizeof(float));
+      const uint64_t groups = ceil_div(rows, 64);
+      const uint32_t gx = uint32_t(std::min<uint64_t>(groups, kMaxGroups));
+      if (n.op == OpKind::TopK) {  // an invocation per element (x) and row (y, z)
+        p.iparam = top_k_params(n).k;
+        row_grid(rows, gy, gz);
+        dispatch("top_k", {a, sizeof(float)}, none, {&n, sizeof(int32_t)}, none, p,
+                 ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
+      } else {
+        const ExpertWeightsParams ew = expert_weights_params(n);
+        shape(p.b_ne, p.b_nb, *n.src[1], sizeof(int32_t));
+        p.op = uint32_t(ew.gating);
+        p.iparam = ew.normalize ? 1 : 0;
+        p.fparam0 = ew.scale;
+        dispatch("expert_weights", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)},
+                 {&n, sizeof(float)}, none, p, gx, ceil_div(groups, gx), 1);
+      }
+      return;
+    }
+    case OpKind::MatMulId: {
+      const Tensor& x = *n.src[1];
+      const Tensor& ids = *n.src[2];
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, x, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      p.iparam = int32_t(ids.ne[0]);
+      p.op = uint32_t(a->ne[2]);
+      // A workgroup per ROWS (4) weight rows and (slot, token) pair, the pairs over y and z.
+      row_grid(uint64_t(ids.ne[0] * ids.ne[1]), gy, gz);
+      dispatch(fmt::format("matmul_id_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},
+               {&n, sizeof(float)}, {&ids, sizeof(int32_t)}, p, ceil_div(uint64_t(a->ne[1]), 4), gy,
+               gz);
+      return;
+    }
+    case OpKind::ExpertSum: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      row_grid(uint64_t(a->ne[2]), gy, gz);
+      dispatch("expert_sum", {a, sizeof(float)}, {n.src[1], sizeof(float)}, {&n, sizeof(float)},
+               none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
       return;
     }
     default:

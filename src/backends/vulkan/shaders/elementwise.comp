@@ -1,5 +1,5 @@
 #version 450
-// add, mul, swiglu (src1 broadcast over rows), silu, gelu (tanh), scale (by fparam0): one
+// add, mul, swiglu (src1 broadcast over rows), silu, gelu (tanh), scale (by fparam0), sigmoid: one
 // thread per element,
 // x = element within the row, y/z = row.
 #extension GL_GOOGLE_include_directive : require
@@ -10,7 +10,8 @@ layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer D { float d[]; };
 
-const uint OP_ADD = 0, OP_MUL = 1, OP_SILU = 2, OP_GELU = 3, OP_SWIGLU = 4, OP_SCALE = 5;
+const uint OP_ADD = 0, OP_MUL = 1, OP_SILU = 2, OP_GELU = 3, OP_SWIGLU = 4, OP_SCALE = 5,
+           OP_SIGMOID = 6;
 
 float silu(float v) { return v / (1.0 + exp(-v)); }
 float gelu_tanh(float v) {
@@ -32,6 +33,7 @@ void main() {
   else if (p.op == OP_SILU) v = silu(x);
   else if (p.op == OP_GELU) v = gelu_tanh(x);
   else if (p.op == OP_SCALE) v = x * p.fparam0;
+  else if (p.op == OP_SIGMOID) v = 1.0 / (1.0 + exp(-x));
   else v = silu(x) * y;
   d[d_row(at) + i0] = v;
 }

@@ -1,0 +1,152 @@
+// Mixture-of-experts ops (graph/ops.h), as backends/cpu/moe.cpp: choosing experts per token,
+// their weights, the matmul over the chosen experts only, and the weighted sum of their outputs.
+// matmul_id takes one warp per (weight row, slot and token) pair, as matmul's decode kernel
+// does per row: each pair reads only its expert's rows. (Tokens are not yet grouped per expert
+// here, so a prompt reads a chosen expert's rows once per token that chose it.)
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/weights.cuh"
+#include "graph/ops.h"
+
+namespace ps::gpu {
+namespace {
+
+constexpr int kThreads = 128;
+
+__device__ inline bool ranks_above(float a, int64_t ia, float b, int64_t ib) {
+  const bool na = isnan(a), nb = isnan(b);
+  if (na || nb) return (!na && nb) || (na && nb && ia < ib);
+  return a > b || (a == b && ia < ib);
+}
+
+// One thread per element: its rank in the total order is the number of elements above it, and
+// an element of rank below k writes its index there (ranks are distinct). blockIdx.y is the row.
+__global__ void top_k_kernel(View x, View d, int k) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r = blockIdx.y, n = x.ne[0];
+  if (i >= n) return;
+  const float* v = reinterpret_cast<const float*>(x.data + r * x.nb[1]);
+  int64_t rank = 0;
+  for (int64_t q = 0; q < n; ++q) rank += ranks_above(v[q], q, v[i], i) ? 1 : 0;
+  if (rank < k) reinterpret_cast<int32_t*>(d.data + r * d.nb[1])[rank] = int32_t(i);
+}
+
+__global__ void expert_weights_kernel(View z, View ids, View d, int gating, bool normalize,
+                                      float scale) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= z.ne[1]) return;
+  const int64_t E = z.ne[0], k = ids.ne[0];
+  const float* zr = reinterpret_cast<const float*>(z.data + t * z.nb[1]);
+  const int32_t* id = reinterpret_cast<const int32_t*>(ids.data + t * ids.nb[1]);
+  float* w = reinterpret_cast<float*>(d.data + t * d.nb[1]);
+  for (int64_t j = 0; j < k; ++j)
+    if (id[j] < 0 || id[j] >= E) {
+      for (int64_t q = 0; q < k; ++q) w[q] = NAN;
+      return;
+    }
+  if (gating == int(ExpertGating::Sigmoid)) {
+    for (int64_t j = 0; j < k; ++j) w[j] = 1.0f / (1.0f + expf(-zr[id[j]]));
+  } else {
+    float mx = -INFINITY, sum = 0.0f;
+    if (gating == int(ExpertGating::Softmax)) {
+      for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, zr[e]);
+      for (int64_t e = 0; e < E; ++e) sum += expf(zr[e] - mx);
+    } else {
+      for (int64_t j = 0; j < k; ++j) mx = fmaxf(mx, zr[id[j]]);
+      for (int64_t j = 0; j < k; ++j) sum += expf(zr[id[j]] - mx);
+    }
+    for (int64_t j = 0; j < k; ++j) w[j] = expf(zr[id[j]] - mx) / sum;
+  }
+  if (normalize) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < k; ++j) s += w[j];
+    for (int64_t j = 0; j < k; ++j) w[j] /= s;
+  }
+  if (scale != 1.0f)
+    for (int64_t j = 0; j < k; ++j) w[j] *= scale;
+}
+
+// One warp per weight row of one (slot, token) pair: blockIdx.x groups rows, blockIdx.y and z
+// the pairs.
+template <DType T>
+__global__ void matmul_id_kernel(View w, View x, View ids, View d) {
+  const int lane = int(threadIdx.x) % PS_WARP_SIZE;
+  const int64_t row =
+      int64_t(blockIdx.x) * (blockDim.x / PS_WARP_SIZE) + int64_t(threadIdx.x) / PS_WARP_SIZE;
+  const int64_t pair = int64_t(blockIdx.y) + int64_t(blockIdx.z) * gridDim.y;
+  const int64_t k = ids.ne[0];
+  if (row >= w.ne[1] || pair >= k * ids.ne[1]) return;
+  const int64_t j = pair % k, t = pair / k;
+  const int32_t e = reinterpret_cast<const int32_t*>(ids.data + t * ids.nb[1])[j];
+  float* out = reinterpret_cast<float*>(d.data + j * d.nb[1] + t * d.nb[2]) + row;
+  if (e < 0 || e >= w.ne[2]) {
+    if (lane == 0) *out = NAN;
+    return;
+  }
+  const int64_t K = w.ne[0], groups = (K + 31) / 32;
+  const uint8_t* wrow = reinterpret_cast<const uint8_t*>(w.data + e * w.nb[2] + row * w.nb[1]);
+  const float* xs =
+      reinterpret_cast<const float*>(x.data + (x.ne[1] == 1 ? 0 : j) * x.nb[1] + t * x.nb[2]);
+  float acc = 0.0f, v[32];
+  for (int64_t g = lane; g < groups; g += PS_WARP_SIZE) {
+    decode32<T>(wrow, g, K, v);
+    const int n = int(imin<int64_t>(32, K - 32 * g));
+    for (int i = 0; i < n; ++i) acc += v[i] * xs[32 * g + i];
+  }
+  const float s = warp_sum(acc);
+  if (lane == 0) *out = s;
+}
+
+__global__ void expert_sum_kernel(View x, View w, View d) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = blockIdx.y;
+  if (i >= x.ne[0]) return;
+  const float* wt = reinterpret_cast<const float*>(w.data + t * w.nb[1]);
+  float s = 0.0f;
+  for (int64_t j = 0; j < x.ne[1]; ++j)
+    s += reinterpret_cast<const float*>(x.data + j * x.nb[1] + t * x.nb[2])[i] * wt[j];
+  reinterpret_cast<float*>(d.data + t * d.nb[1])[i] = s;
+}
+
+}  // namespace
+
+void top_k(const Launch& l, const Tensor& node) {
+  const Tensor& x = *node.src[0];
+  const dim3 grid(unsigned((x.ne[0] + kThreads - 1) / kThreads), unsigned(x.ne[1]));
+  PS_LAUNCH(top_k_kernel, grid, kThreads, l.stream, view_of(x), view_of(node),
+            int(top_k_params(node).k));
+  check_launch("top_k");
+}
+
+void expert_weights(const Launch& l, const Tensor& node) {
+  const Tensor& z = *node.src[0];
+  const ExpertWeightsParams p = expert_weights_params(node);
+  PS_LAUNCH(expert_weights_kernel, blocks_for(z.ne[1], kThreads, 65535LL * 65535), kThreads,
+            l.stream, view_of(z), view_of(*node.src[1]), view_of(node), int(p.gating), p.normalize,
+            p.scale);
+  check_launch("expert_weights");
+}
+
+void matmul_id(const Launch& l, const Tensor& node) {
+  const Tensor& wt = *node.src[0];
+  const Tensor& ids = *node.src[2];
+  const int64_t pairs = ids.ne[0] * ids.ne[1];
+  const int rows_per_block = kThreads / l.warp;
+  const unsigned gy = unsigned(pairs < 65535 ? pairs : 65535);
+  const dim3 grid(unsigned((wt.ne[1] + rows_per_block - 1) / rows_per_block), gy,
+                  unsigned((pairs + gy - 1) / gy));
+  with_weight_type(wt.type, [&]<DType T>() {
+    PS_LAUNCH(matmul_id_kernel<T>, grid, kThreads, l.stream, view_of(wt), view_of(*node.src[1]),
+              view_of(ids), view_of(node));
+  });
+  check_launch("matmul_id");
+}
+
+void expert_sum(const Launch& l, const Tensor& node) {
+  const Tensor& x = *node.src[0];
+  const dim3 grid(unsigned((x.ne[0] + kThreads - 1) / kThreads), unsigned(x.ne[2]));
+  PS_LAUNCH(expert_sum_kernel, grid, kThreads, l.stream, view_of(x), view_of(*node.src[1]),
+            view_of(node));
+  check_launch("expert_sum");
+}
+
+}  // namespace ps::gpu
