@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 namespace ps {
 
 bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
@@ -31,6 +33,32 @@ std::string copy_operands_problem(const Tensor& n) {
     return fmt::format("no conversion to {}", dtype_name(dst.type));
   if (dst.nb[0] != dtype_info(dst.type).block_bytes) return "only contiguous rows";
   return {};
+}
+
+std::string experts_operands_problem(const Tensor& n) {
+  switch (n.op) {
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+      if (!f32_rows(*n.src[0]) || !n.is_contiguous() ||
+          (n.src[1] && (n.src[1]->type != DType::I32 || !n.src[1]->is_contiguous())))
+        return "only contiguous rows";
+      return {};
+    case OpKind::ExpertSum:
+      if (!f32_rows(*n.src[0]) || !f32_rows(*n.src[1]) || !f32_rows(n))
+        return "only F32 operands with contiguous rows";
+      return {};
+    case OpKind::MatMulId: {
+      const Tensor& w = *n.src[0];
+      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n) || !f32_rows(*n.src[1]) ||
+          !n.src[2]->is_contiguous())
+        return "only contiguous rows";
+      if (w.nb[1] % 2 != 0 || w.nb[2] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+        return "rows at odd byte offsets";
+      return {};
+    }
+    default:
+      return "not a mixture-of-experts op";
+  }
 }
 
 }  // namespace ps

@@ -21,4 +21,10 @@ std::string attention_operands_problem(const Tensor& node);
 // Copy: an F32 source into an F32 or F16 destination.
 std::string copy_operands_problem(const Tensor& node);
 
+// The mixture-of-experts ops (graph/ops.h): top_k's F32 rows into contiguous I32 indices,
+// expert_weights' F32 logits and contiguous I32 ids, expert_sum's F32 operands, matmul_id's
+// experts in contiguous rows at even byte offsets (the 16-bit fields every decoder reads), F32
+// activations and output, contiguous ids; whether the weight type has a kernel is the backend's.
+std::string experts_operands_problem(const Tensor& node);
+
 }  // namespace ps

@@ -197,30 +197,18 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Sigmoid:
       return row_operands_problem(n);
     case OpKind::ExpertSum:
-      if (!f32_rows(*n.src[0]) || !f32_rows(*n.src[1]) || !f32_rows(n))
-        return "only F32 operands with contiguous rows";
-      if (n.ne[1] > 65535) return "more than 65535 tokens";
-      return {};
     case OpKind::TopK:
     case OpKind::ExpertWeights:
-      // top_k writes I32 indices, expert_weights F32 weights from I32 ids.
-      if (!f32_rows(*n.src[0]) || !n.is_contiguous() ||
-          (n.src[1] && (n.src[1]->type != DType::I32 || !n.src[1]->is_contiguous())))
-        return "only contiguous rows";
+      if (std::string why = experts_operands_problem(n); !why.empty()) return why;
       if (n.ne[1] > 65535) return "more than 65535 tokens";
       return {};
-    case OpKind::MatMulId: {
-      const Tensor& w = *n.src[0];
-      if (!has_decoder(w.type))
-        return fmt::format("no {} kernel for {} weights", api_name(info_.api), dtype_name(w.type));
-      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n) || !f32_rows(*n.src[1]) ||
-          !n.src[2]->is_contiguous())
-        return "only contiguous rows";
-      if (w.nb[1] % 2 != 0 || w.nb[2] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
-        return "rows at odd byte offsets";
+    case OpKind::MatMulId:
+      if (!has_decoder(n.src[0]->type))
+        return fmt::format("no {} kernel for {} weights", api_name(info_.api),
+                           dtype_name(n.src[0]->type));
+      if (std::string why = experts_operands_problem(n); !why.empty()) return why;
       if (n.src[2]->n_elements() > 65535LL * 65535) return "more than 65535^2 chosen experts";
       return {};
-    }
     case OpKind::Count:
       break;
   }

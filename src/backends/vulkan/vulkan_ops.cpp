@@ -182,27 +182,16 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Sigmoid:
       return row_operands_problem(n);
     case OpKind::ExpertSum:
-      if (!f32_rows(*n.src[0]) || !f32_rows(*n.src[1]) || !f32_rows(n))
-        return "only F32 operands with contiguous rows";
-      return {};
     case OpKind::TopK:
     case OpKind::ExpertWeights:
-      // top_k writes I32 indices, expert_weights F32 weights from I32 ids.
-      if (!f32_rows(*n.src[0]) || !n.is_contiguous() ||
-          (n.src[1] && (n.src[1]->type != DType::I32 || !n.src[1]->is_contiguous())))
-        return "only contiguous rows";
-      return {};
-    case OpKind::MatMulId: {
-      const Tensor& w = *n.src[0];
-      if (!weight_suffix(w.type))
-        return fmt::format("no Vulkan kernel for {} weights", dtype_name(w.type));
-      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || w.nb[2] % 2 != 0 ||
-          !f32_rows(n) || !f32_rows(*n.src[1]) || !n.src[2]->is_contiguous())
-        return "only contiguous rows";
+      return experts_operands_problem(n);
+    case OpKind::MatMulId:
+      if (!weight_suffix(n.src[0]->type))
+        return fmt::format("no Vulkan kernel for {} weights", dtype_name(n.src[0]->type));
+      if (std::string why = experts_operands_problem(n); !why.empty()) return why;
       if (!extras_.subgroup_arithmetic)
         return "the matmul kernel needs subgroup arithmetic in compute shaders";
       return {};
-    }
     case OpKind::Count:
       break;
   }
