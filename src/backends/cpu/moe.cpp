@@ -24,7 +24,7 @@ namespace {
 // distinct indices.
 inline bool ranks_above(float a, int64_t ia, float b, int64_t ib) {
   const bool na = std::isnan(a), nb = std::isnan(b);
-  if (na || nb) return !na && nb ? true : (na && nb ? ia < ib : false);
+  if (na || nb) return (!na && nb) || (na && nb && ia < ib);
   return a > b || (a == b && ia < ib);
 }
 

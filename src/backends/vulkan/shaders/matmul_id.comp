@@ -7,8 +7,8 @@
 // (b_ne, b_nb); output F32 [N, k, T] (d_nb); ids I32 [k, T] at binding 3 from v_off, k = iparam;
 // p.op = the number of experts: an id outside them writes NaN.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
+#include "reduce.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(std430, binding = 0) readonly buffer A { uint wq[]; };
@@ -19,7 +19,6 @@ layout(std430, binding = 3) readonly buffer I { int ids[]; };
 #include "weights.glsl"
 
 const uint ROWS = 4;
-shared float partial[64];
 
 void main() {
   const uint WG = gl_WorkGroupSize.x, t = gl_LocalInvocationID.x;
@@ -51,18 +50,7 @@ void main() {
 #else
     for (uint i = t; i < K; i += WG) s += load_weight(wr, i) * x[xr + i];
 #endif
-    const float v = subgroupAdd(s);
-    if (gl_NumSubgroups == 1) {
-      if (t == 0) y[at] = v;
-    } else {
-      if (gl_SubgroupInvocationID == 0) partial[gl_SubgroupID] = v;
-      barrier();
-      if (t == 0) {
-        float total = 0.0;
-        for (uint g = 0; g < gl_NumSubgroups; ++g) total += partial[g];
-        y[at] = total;
-      }
-      barrier();
-    }
+    const float v = workgroup_sum(s);
+    if (t == 0) y[at] = v;
   }
 }
