@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,41 +42,56 @@ class Server:
     def __init__(self, argv):
         self.port = free_port()
         self.proc = subprocess.Popen(argv + ["--port", str(self.port), "-c", "2048", "-np", "2"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # The server logs a line per request: its stderr is read as it comes, so that a full
+        # pipe never stops it (and a request with it).
+        self._err = []
+        self._reader = threading.Thread(target=lambda: self._err.extend(self.proc.stderr),
+                                        daemon=True)
+        self._reader.start()
         self.log = ""
-        deadline = time.monotonic() + 120
+        # A 503 ("loading") is answered at once: wait between tries whatever the answer, so
+        # that the polling does not take the CPU the load needs.
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited: {self.proc.stderr.read()[-600:]}")
+                self._reader.join(30)
+                raise RuntimeError(f"serve exited: {''.join(self._err)[-600:]}")
             try:
-                if self.get("/health")[0] == 200:
+                if self.get("/health", timeout=10)[0] == 200:
                     return
             except OSError:
-                time.sleep(0.3)
-        raise RuntimeError("serve did not start")
+                pass
+            time.sleep(0.3)
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(30)
+        raise RuntimeError(f"serve did not answer /health with 200 within 300 s: "
+                           f"{''.join(self._err)[-600:]}")
 
-    def request(self, path, body=None):
+    def request(self, path, body=None, timeout=300):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=300) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.headers.get("Content-Type", ""), r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
-    def get(self, path):
-        return self.request(path)
+    def get(self, path, timeout=300):
+        return self.request(path, timeout=timeout)
 
     def stop(self):
         self.proc.terminate()
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        self.log = err
-        return err
+            self.proc.wait()
+        self._reader.join(30)
+        self.log = "".join(self._err)
+        return self.log
 
 
 def main():

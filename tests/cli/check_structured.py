@@ -145,7 +145,7 @@ def check_server(b, model):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([b, "serve", "-m", model, "--port", str(port), "-np", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -702,7 +702,7 @@ def check_shutdown(b, model):
         s.close()
         if t.is_alive():
             t.join(15)
-        log = srv.proc.stderr.read()
+        log = srv.stderr()
     if rc is not None and rc != 0:
         fail(f"SIGTERM during a stream: exit {rc}")
     elif rc == 0:

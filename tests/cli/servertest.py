@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 
@@ -34,13 +35,19 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [binary, "serve", "-m", model, "--port", str(self.port)] + args,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env=env or os.environ.copy())
+        # The server logs a line per request: its stderr is read as it comes, so that a full
+        # pipe never stops it.
+        self._err = []
+        self._reader = threading.Thread(target=lambda: self._err.extend(self.proc.stderr),
+                                        daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: "
-                                   f"{self.proc.stderr.read()[-500:]}")
+                                   f"{self.stderr()[-500:]}")
             try:
                 status, _ = self.request("GET", "/health", timeout=5)
                 if status == 200:
@@ -79,8 +86,14 @@ class Server:
             self.proc.kill()
             self.proc.wait(timeout=30)
             self.on_fail(f"serve did not stop within {timeout} s of SIGTERM")
-            return -1, self.proc.stderr.read()
-        return rc, self.proc.stderr.read()
+            return -1, self.stderr()
+        return rc, self.stderr()
+
+    def stderr(self):
+        """What the server wrote to stderr; all of it once it has exited."""
+        if self.proc.poll() is not None:
+            self._reader.join(30)
+        return "".join(self._err)
 
 
 problems = []
