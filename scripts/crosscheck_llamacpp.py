@@ -114,6 +114,10 @@ def _no_shared_expert(m: llama_ref.RefModel) -> None:
         m._cache[full] = np.zeros_like(m.weight(full))
 
 
+def _no_yarn(m: llama_ref.RefModel) -> None:
+    m.hp.yarn = None
+
+
 def cases() -> list[Case]:
     def P(**kw) -> ModelParams:
         return ModelParams(**kw)
@@ -149,6 +153,15 @@ def cases() -> list[Case]:
              ref_kwargs=dict(n_ctx=512)),
         Case("phi3_longrope_partial_long", P(seed=21, n_rot_override=8, **lr), ctx=512,
              ref_kwargs=dict(n_ctx=512)),
+        # YaRN (a low RoPE base and small original contexts put the ramp inside the head).
+        Case("llama_yarn", P(seed=22, rope_scaling="yarn", rope_scale_factor=4.0,
+                             original_context=512, rope_freq_base=1000.0),
+             ablation=("without YaRN", _no_yarn)),
+        Case("qwen3_yarn_keys", P(arch="qwen3", seed=23, head_dim_override=32,
+                                  rope_scaling="yarn", rope_scale_factor=8.0,
+                                  original_context=256, rope_freq_base=1000.0,
+                                  yarn_beta_fast=16.0, yarn_log_multiplier=0.5,
+                                  rope_attn_factor=0.9)),
         # Mixtures of experts (decisive routing, make_llama_gguf.py): 2 of 8 experts.
         Case("qwen3moe", P(arch="qwen3moe", seed=31, head_dim_override=32, n_expert=8,
                            n_expert_used=2),

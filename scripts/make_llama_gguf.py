@@ -53,6 +53,10 @@ attention.sliding_window (--sliding-window, 0 = none) are always written, as the
 ramps, long > short) and rope.scaling.attn_factor, by default the converter's
 sqrt(1 + ln(ctx / original) / ln(original)) (1 when ctx <= original); --rope-attn-factor sets it,
 --no-rope-attn-factor leaves the key out (llama.cpp then uses 1).
+--rope-scaling yarn (any architecture) writes YaRN scaling: rope.scaling.type "yarn", .factor
+(--rope-scale-factor), .original_context_length (--original-context, default the context length),
+and where given .yarn_ext_factor, .yarn_beta_fast, .yarn_beta_slow, .yarn_log_multiplier
+(--yarn-ext-factor, ...) and .attn_factor (--rope-attn-factor).
 qwen2, qwen3 and phi3 write tokenizer.ggml.pre "default", as the converter does for a
 SentencePiece vocab (the vocab is the same SentencePiece-style one as llama's, not a BPE one).
 
@@ -137,6 +141,11 @@ class ModelParams:
     # phi3
     longrope: bool = False  # rope_factors_long / rope_factors_short + rope.scaling.attn_factor
     rope_attn_factor: float | None = None  # None: the converter's formula
+    # --rope-scaling yarn: rope.scaling.yarn_* keys written where not None
+    yarn_ext_factor: float | None = None
+    yarn_beta_fast: float | None = None
+    yarn_beta_slow: float | None = None
+    yarn_log_multiplier: float | None = None
     omit_rope_attn_factor: bool = False
     n_rot_override: int | None = None  # phi3.rope.dimension_count when not the head size
     # mixture of experts (qwen2moe, qwen3moe; llama when n_expert > 0: Mixtral)
@@ -165,7 +174,7 @@ class ModelParams:
     def orig_ctx(self) -> int:
         if self.original_context is not None:
             return self.original_context
-        return 8192 if self.arch == "llama" else self.ctx
+        return 8192 if self.rope_freqs == "llama3" else self.ctx
 
 
 def make_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -499,13 +508,20 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("--rope-freqs is for llama")
     if p.rope_freqs == "llama3" and p.high_freq_factor == p.low_freq_factor:
         raise ValueError("--high-freq-factor must differ from --low-freq-factor")
-    if (p.longrope or p.rope_attn_factor is not None or p.omit_rope_attn_factor) \
+    yarn = p.rope_scaling == "yarn"
+    if (p.longrope or p.omit_rope_attn_factor or (p.rope_attn_factor is not None and not yarn)) \
             and p.arch != "phi3":
         raise ValueError("LongRoPE options are for phi3")
-    if (p.rope_attn_factor is not None or p.omit_rope_attn_factor) and not p.longrope:
-        raise ValueError("--rope-attn-factor / --no-rope-attn-factor need --longrope")
-    if p.original_context is not None and p.rope_freqs == "none" and p.arch != "phi3":
-        raise ValueError("--original-context is for --rope-freqs llama3 and phi3")
+    if (p.rope_attn_factor is not None or p.omit_rope_attn_factor) and not (p.longrope or yarn):
+        raise ValueError("--rope-attn-factor / --no-rope-attn-factor need --longrope or yarn")
+    if yarn and p.longrope:
+        raise ValueError("--longrope and --rope-scaling yarn exclude each other")
+    if not yarn and any(v is not None for v in (p.yarn_ext_factor, p.yarn_beta_fast,
+                                                 p.yarn_beta_slow, p.yarn_log_multiplier)):
+        raise ValueError("--yarn-* options need --rope-scaling yarn")
+    if p.original_context is not None and p.rope_freqs == "none" and p.arch != "phi3" \
+            and not yarn:
+        raise ValueError("--original-context is for --rope-freqs llama3, yarn and phi3")
     if p.original_context is not None and p.original_context < 1:
         raise ValueError("--original-context must be positive")
     if p.n_rot_override is not None and p.arch != "phi3":
@@ -520,8 +536,8 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("n_head must be a multiple of n_head_kv")
     if p.head_dim % 2:
         raise ValueError("head dimension must be even for RoPE")
-    if p.rope_scaling not in ("none", "linear"):
-        raise ValueError("rope scaling must be none or linear")
+    if p.rope_scaling not in ("none", "linear", "yarn"):
+        raise ValueError("rope scaling must be none, linear or yarn")
     if p.n_expert and p.arch not in ("llama",) + MOE_ARCHITECTURES:
         raise ValueError("--experts is for llama (Mixtral), qwen2moe and qwen3moe")
     if p.n_expert and not 1 <= p.n_expert_used <= p.n_expert:
@@ -568,9 +584,7 @@ def write_new_arch_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
         writer.add_sliding_window(p.sliding_window)
         if p.longrope and not p.omit_rope_attn_factor:
             writer.add_rope_scaling_attn_factors(longrope_attn_factor(p))
-    if p.rope_scaling == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(p.rope_scale_factor)
+    write_rope_scaling(writer, p)
 
 
 def write_llama_gemma3_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
@@ -593,10 +607,28 @@ def write_llama_gemma3_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None
         writer.add_uint32(f"{p.arch}.attention.sliding_window_pattern", p.swa_pattern)
     if p.rope_freq_base_swa is not None:
         writer.add_float32(f"{p.arch}.rope.freq_base_swa", p.rope_freq_base_swa)
+    write_rope_scaling(writer, p)
+    write_expert_metadata(writer, p)
+
+
+def write_rope_scaling(writer: gguf.GGUFWriter, p: ModelParams) -> None:
+    """rope.scaling.*: linear, or YaRN with the keys llama.cpp reads (see the docstring)."""
+    a = p.arch
     if p.rope_scaling == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(p.rope_scale_factor)
-    write_expert_metadata(writer, p)
+    elif p.rope_scaling == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(p.rope_scale_factor)
+        if a != "phi3":  # phi3 writes it always
+            writer.add_rope_scaling_orig_ctx_len(p.orig_ctx)
+        for key, value in (("yarn_ext_factor", p.yarn_ext_factor),
+                           ("yarn_beta_fast", p.yarn_beta_fast),
+                           ("yarn_beta_slow", p.yarn_beta_slow),
+                           ("yarn_log_multiplier", p.yarn_log_multiplier),
+                           ("attn_factor", p.rope_attn_factor)):
+            if value is not None:
+                writer.add_float32(f"{a}.rope.scaling.{key}", value)
 
 
 def write_expert_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
@@ -659,7 +691,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
                     help="type of token_embd.weight (default: --dtype)")
     ap.add_argument("--tied", action="store_true",
                     help="no output.weight: the model reuses token_embd for the output")
-    ap.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
+    ap.add_argument("--rope-scaling", choices=["none", "linear", "yarn"], default="none")
     ap.add_argument("--rope-scale-factor", type=float, default=1.0)
     ap.add_argument("--rope-freq-base", type=float, default=10000.0)
     ap.add_argument("--rms-eps", type=float, default=1e-5)
@@ -707,6 +739,9 @@ def add_new_arch_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-rope-attn-factor", action="store_true",
                     help="phi3 --longrope: leave rope.scaling.attn_factor out")
     ap.add_argument("--rope-dim", type=int, help="phi3: rope.dimension_count (default: head size)")
+    for name in ("ext-factor", "beta-fast", "beta-slow", "log-multiplier"):
+        ap.add_argument("--yarn-" + name, type=float,
+                        help=f"--rope-scaling yarn: rope.scaling.yarn_{name.replace('-', '_')}")
     ap.add_argument("--experts", type=int,
                     help="experts per layer (llama: Mixtral; qwen2moe/qwen3moe: default 8)")
     ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
@@ -726,7 +761,9 @@ def gemma3_options(a: argparse.Namespace) -> dict:
                 low_freq_factor=a.low_freq_factor, high_freq_factor=a.high_freq_factor,
                 original_context=a.original_context, longrope=a.longrope,
                 rope_attn_factor=a.rope_attn_factor, omit_rope_attn_factor=a.no_rope_attn_factor,
-                n_rot_override=a.rope_dim,
+                n_rot_override=a.rope_dim, yarn_ext_factor=a.yarn_ext_factor,
+                yarn_beta_fast=a.yarn_beta_fast, yarn_beta_slow=a.yarn_beta_slow,
+                yarn_log_multiplier=a.yarn_log_multiplier,
                 n_expert=a.experts if a.experts is not None else
                 (8 if a.arch in MOE_ARCHITECTURES else 0),
                 n_expert_used=a.experts_used if a.experts_used is not None else 2,

@@ -55,6 +55,7 @@ class Gemma3Model final : public Model {
       p.layer_window.push_back(L.sliding ? window_ : 0);
       layers_.push_back(L);
     }
+    global_rope_ = rope_scaling(nullptr);
     p.features.push_back("QK-norm and post-attention / post-FFN norms");
     const auto n_sliding = std::count(sliding.begin(), sliding.end(), true);
     if (n_sliding > 0)
@@ -73,13 +74,15 @@ class Gemma3Model final : public Model {
       const Gemma3Layer& L = layers_[size_t(l)];
       // Sliding layers rotate with their own base and no scaling; global ones use the model's.
       const float base = L.sliding ? swa_rope_base_ : p.rope_freq_base;
-      const float freq_scale = L.sliding ? 1.0f : p.rope_freq_scale;
+      const RopeScaling r = L.sliding ? RopeScaling{} : global_rope_;
       Tensor* h = norm(x, L.attn_norm);
       Tensor* q = g.reshape(g.matmul(L.wq, h), {p.head_dim, p.n_head, T, 1});
       Tensor* k = g.reshape(g.matmul(L.wk, h), {p.head_dim, p.n_head_kv, T, 1});
       Tensor* v = g.matmul(L.wv, h);
-      q = g.rope(norm(q, L.q_norm), in.positions, int(p.n_rot), base, freq_scale, p.rope_mode);
-      k = g.rope(norm(k, L.k_norm), in.positions, int(p.n_rot), base, freq_scale, p.rope_mode);
+      q = g.rope(norm(q, L.q_norm), in.positions, int(p.n_rot), base, r.freq_scale, p.rope_mode,
+                 r.factors, r.attn_factor);
+      k = g.rope(norm(k, L.k_norm), in.positions, int(p.n_rot), base, r.freq_scale, p.rope_mode,
+                 r.factors, r.attn_factor);
       Tensor* attn =
           cached_attention(g, in, l, q, k, v, kq_scale_, L.sliding ? int32_t(window_) : 0);
       x = g.add(x, norm(g.matmul(L.wo, attn), L.post_attn_norm));
@@ -116,6 +119,7 @@ class Gemma3Model final : public Model {
 
   int64_t window_ = 0;
   float swa_rope_base_ = 10000.0f;
+  RopeScaling global_rope_;  // the global layers' RoPE scaling
   float kq_scale_ = 1.0f;
   std::vector<Gemma3Layer> layers_;
 };

@@ -78,6 +78,10 @@ class LlamaFamilyModel final : public Model {
         p.features.push_back(fmt::format("sliding window of {} positions on every layer", window_));
       }
     }
+    if (p.yarn.on && factors_long_)
+      throw ModelError(
+          fmt::format("{}: the file has both LongRoPE factors and YaRN scaling", f.path()));
+    rope_ = rope_scaling(rope_factors_, attn_factor_);
     if (qwen2) p.features.push_back("biases on Q, K and V");
     if (qwen3) p.features.push_back("QK-norm (RMSNorm of each query and key head)");
     if (phi3) p.features.push_back("fused QKV and gate+up weights, used as row slices");
@@ -132,8 +136,8 @@ class LlamaFamilyModel final : public Model {
       return b ? g.add(y, b) : y;
     };
     // LongRoPE picks its factors once, by the context a sequence runs with (as llama.cpp).
-    Tensor* factors = rope_factors_;
-    if (factors_long_) factors = in.n_ctx > n_ctx_orig_ ? factors_long_ : factors_short_;
+    RopeScaling r = rope_;
+    if (factors_long_) r.factors = in.n_ctx > n_ctx_orig_ ? factors_long_ : factors_short_;
     Tensor* x = g.get_rows(tok_embd_, in.tokens);
     for (int64_t l = 0; l < p.n_layer; ++l) {
       g.set_layer(int(l));
@@ -146,10 +150,10 @@ class LlamaFamilyModel final : public Model {
         q = norm(q, L.q_norm);
         k = norm(k, L.k_norm);
       }
-      q = g.rope(q, in.positions, int(p.n_rot), p.rope_freq_base, p.rope_freq_scale, p.rope_mode,
-                 factors, attn_factor_);
-      k = g.rope(k, in.positions, int(p.n_rot), p.rope_freq_base, p.rope_freq_scale, p.rope_mode,
-                 factors, attn_factor_);
+      q = g.rope(q, in.positions, int(p.n_rot), p.rope_freq_base, r.freq_scale, p.rope_mode,
+                 r.factors, r.attn_factor);
+      k = g.rope(k, in.positions, int(p.n_rot), p.rope_freq_base, r.freq_scale, p.rope_mode,
+                 r.factors, r.attn_factor);
       Tensor* attn = cached_attention(g, in, l, q, k, v, kq_scale, int32_t(window_));
       x = g.add(x, g.matmul(L.wo, attn));
 
@@ -170,6 +174,7 @@ class LlamaFamilyModel final : public Model {
   Tensor *factors_short_ = nullptr, *factors_long_ = nullptr;  // phi3: LongRoPE
   int64_t n_ctx_orig_ = 0;
   float attn_factor_ = 1.0f;
+  RopeScaling rope_;  // the rope op's factors, scale and magnitude (phi3: LongRoPE's by n_ctx)
   int64_t window_ = 0;
 };
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <utility>
 
 #include "core/error.h"
@@ -85,8 +87,10 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
     if (scaling.empty() && factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
   } else if (scaling == "linear") {
     if (factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
+  } else if (scaling == "yarn") {
+    read_yarn_params(f, a, factor);
   } else {
-    throw ModelError(fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear)",
+    throw ModelError(fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear, yarn)",
                                  f.path(), scaling_key, scaling));
   }
   // Where the file says what it was trained for before the scaling, the factor extends that;
@@ -133,6 +137,86 @@ BlockWeights Model::block_weights(const gguf::File& f, int64_t l) {
   b.w_up = weight(f, n("ffn_up"), {p.n_embd, p.n_ff, 1, 1});
   b.w_down = weight(f, n("ffn_down"), {p.n_ff, p.n_embd, 1, 1});
   return b;
+}
+
+void Model::read_yarn_params(const gguf::File& f, const std::string& a, float factor) {
+  auto& p = params_;
+  if (factor < 1.0f)
+    throw ModelError(
+        fmt::format("{}: YaRN RoPE scaling needs '{}.rope.scaling.factor' >= 1 (it "
+                    "is {})",
+                    f.path(), a, factor));
+  const auto get = [&](const char* key, double fallback, double lo, double hi) {
+    return float(f.get_float(a + ".rope.scaling." + key, fallback, lo, hi));
+  };
+  auto& y = p.yarn;
+  y.on = true;
+  p.rope_freq_scale = 1.0f / factor;
+  y.n_ctx_orig =
+      f.get_int(a + ".rope.scaling.original_context_length", p.n_ctx_train, 1, int64_t(1) << 24);
+  // As llama.cpp: a negative or absent ext_factor means 1 for YaRN.
+  y.ext_factor = get("yarn_ext_factor", -1.0, -1.0, 16.0);
+  if (y.ext_factor < 0.0f) y.ext_factor = 1.0f;
+  y.beta_fast = get("yarn_beta_fast", 32.0, 0.0, 1e4);
+  y.beta_slow = get("yarn_beta_slow", 1.0, 0.0, 1e4);
+  if (y.beta_fast <= 0.0f || y.beta_slow <= 0.0f)
+    throw ModelError(fmt::format("{}: YaRN's beta_fast ({}) and beta_slow ({}) must be positive",
+                                 f.path(), y.beta_fast, y.beta_slow));
+  const float attn = get("attn_factor", 1.0, 0.0, 16.0);
+  const float log_mul = get("yarn_log_multiplier", 0.0, 0.0, 100.0);
+  if (attn <= 0.0f)
+    throw ModelError(
+        fmt::format("{}: metadata '{}.rope.scaling.attn_factor' = {} is out of range (0, 16]",
+                    f.path(), a, attn));
+  // The magnitude of cos and sin, as llama.cpp arrives at it: 1 + 0.1 ln(factor) (divided by
+  // 1 + 0.1 m ln(factor) where the file has a log multiplier m), times the file's attn_factor;
+  // without the ramp (ext_factor 0), the file's yarn_attn_factor instead of the first part.
+  const auto mscale = [&](float m) { return 1.0f + 0.1f * m * std::log(factor); };
+  if (y.ext_factor != 0.0f)
+    y.mscale = attn * (log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f));
+  else
+    y.mscale = attn * get("yarn_attn_factor", 1.0, 0.0, 16.0);
+  p.features.push_back(fmt::format(
+      "YaRN RoPE scaling (factor {:g} over an original context of {}; ext_factor {:g}, beta "
+      "{:g}/{:g}, magnitude {:.4g})",
+      factor, y.n_ctx_orig, y.ext_factor, y.beta_fast, y.beta_slow, y.mscale));
+}
+
+Model::RopeScaling Model::rope_scaling(Tensor* file_factors, float attn_factor) {
+  const auto& p = params_;
+  if (!p.yarn.on) return {file_factors, p.rope_freq_scale, attn_factor};
+  const auto& y = p.yarn;
+  if (y.ext_factor == 0.0f) return {file_factors, p.rope_freq_scale, y.mscale};
+  // ggml's correction dimensions: the pairs that turn beta times within n_ctx_orig positions.
+  const float n_dims = float(p.n_rot);
+  const auto corr_dim = [&](float beta) {
+    return n_dims * std::log(float(y.n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
+           (2.0f * std::log(p.rope_freq_base));
+  };
+  const float low = std::max(0.0f, std::floor(corr_dim(y.beta_fast)));
+  const float high = std::min(n_dims - 1.0f, std::ceil(corr_dim(y.beta_slow)));
+  // Pair i: theta = theta_extrap * (freq_scale * (1 - ramp) + ramp), which the rope op takes as
+  // a frequency factor (it divides by it) over whatever factors the file has.
+  std::vector<float> factors(size_t(p.n_rot / 2));
+  for (size_t i = 0; i < factors.size(); ++i) {
+    const float t = (float(i) - low) / std::max(0.001f, high - low);
+    const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, t))) * y.ext_factor;
+    const float file = file_factors ? reinterpret_cast<const float*>(file_factors->data)[i] : 1.0f;
+    factors[i] = file / (p.rope_freq_scale * (1.0f - ramp) + ramp);
+  }
+  return {owned_vector("rope_yarn_factors", std::move(factors)), 1.0f, y.mscale};
+}
+
+Tensor* Model::owned_vector(const std::string& name, std::vector<float> values) {
+  const std::vector<float>& v = owned_values_.emplace_back(std::move(values));
+  Tensor& t = weights_.emplace_back();
+  t.name = name;
+  t.type = DType::F32;
+  t.ne = {int64_t(v.size()), 1, 1, 1};
+  t.set_contiguous_strides();
+  t.data = reinterpret_cast<uint8_t*>(const_cast<float*>(v.data()));
+  t.constant = true;
+  return &t;
 }
 
 Tensor* Model::vector_weight(const gguf::File& f, const std::string& name, int64_t n,

@@ -34,6 +34,15 @@ struct ModelParams {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   RopeMode rope_mode = RopeMode::Normal;
+  // YaRN (rope.scaling.type "yarn"): pair i's angle blends the interpolated (times
+  // rope_freq_scale) and the extrapolated one by a ramp over the pairs between the correction
+  // dimensions of beta_fast and beta_slow rotations within n_ctx_orig positions, and cos and
+  // sin are scaled by mscale (Model::rope_scaling folds both into the rope op's inputs).
+  struct Yarn {
+    bool on = false;
+    float ext_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, mscale = 1.0f;
+    int64_t n_ctx_orig = 0;
+  } yarn;
   bool tied_output = false;
   // A mixture of experts in every block's feed-forward (n_expert > 0): n_expert_used experts
   // of n_ff_expert each run per token, weighted as `expert_weights` says; n_ff_shared > 0: a
@@ -120,12 +129,25 @@ class Model {
                         bool optional = false);
   // Rows [first, first + n) of a 2-D weight, over the same bytes (a fused tensor's parts).
   Tensor* row_slice(const Tensor* w, int64_t first, int64_t n, const std::string& name);
+  // A constant F32 vector the model computed itself (not in the file), owned by the model.
+  Tensor* owned_vector(const std::string& name, std::vector<float> values);
+  // What the rope op of a layer with the file's RoPE scaling takes: with YaRN, per-pair factors
+  // (file_factors, Llama 3.1's rope_freqs, folded in), freq_scale 1 and YaRN's magnitude (which
+  // holds rope.scaling.attn_factor already); otherwise file_factors, the linear scale and the
+  // attn_factor the architecture read, as they are.
+  struct RopeScaling {
+    Tensor* factors = nullptr;
+    float freq_scale = 1.0f, attn_factor = 1.0f;
+  };
+  RopeScaling rope_scaling(Tensor* file_factors, float attn_factor = 1.0f);
   // ModelError naming the first tensor of the file that no weight() call took; known redundant
   // ones become warnings.
   void check_all_tensors_used(const gguf::File& f);
   // The hyperparameters a decoder-only transformer stores under "<arch>." (sizes, heads,
   // RoPE, norm epsilon), each checked.
   void read_transformer_params(const gguf::File& f, const std::string& arch);
+  // rope.scaling.type "yarn": ModelParams::yarn from rope.scaling.* (factor already read).
+  void read_yarn_params(const gguf::File& f, const std::string& arch, float factor);
   // Block `layer`'s BlockWeights, each checked against the hyperparameters; without the dense
   // feed-forward's gate, up and down when the model has experts instead.
   BlockWeights block_weights(const gguf::File& f, int64_t layer);
@@ -151,7 +173,8 @@ class Model {
 
   ModelParams params_;
   std::deque<Tensor> weights_;
-  std::set<std::string> used_;  // the file's tensors taken by weight()
+  std::deque<std::vector<float>> owned_values_;  // the data of owned_vector()s
+  std::set<std::string> used_;                   // the file's tensors taken by weight()
   Tensor *tok_embd_ = nullptr, *out_norm_ = nullptr, *output_ = nullptr;
 };
 

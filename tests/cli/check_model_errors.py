@@ -121,8 +121,22 @@ def main() -> int:
         case("rope_freqs of the wrong length", "llama", "tensor 'rope_freqs.weight' has shape",
              add={"rope_freqs.weight": freqs[:-1]})
         case("an unknown rope scaling type", "llama",
-             "metadata 'llama.rope.scaling.type' = 'yarn' is not supported",
-             kv={"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0})
+             "metadata 'llama.rope.scaling.type' = 'longrope' is not supported",
+             kv={"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 4.0})
+        yarn = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+                "llama.rope.scaling.original_context_length": 32}
+        case("llama with YaRN runs", "llama", None, kv=yarn)
+        case("YaRN with a factor below 1", "llama", "needs 'llama.rope.scaling.factor' >= 1",
+             kv={**yarn, "llama.rope.scaling.factor": 0.5})
+        case("YaRN with a zero beta_fast", "llama", "beta_fast (0) and beta_slow (1) must be positive",
+             kv={**yarn, "llama.rope.scaling.yarn_beta_fast": 0.0})
+        case("YaRN with an ext_factor out of range", "llama",
+             "metadata 'llama.rope.scaling.yarn_ext_factor'",
+             kv={**yarn, "llama.rope.scaling.yarn_ext_factor": 100.0})
+        case("phi3 with LongRoPE factors and YaRN", "phi3",
+             "both LongRoPE factors and YaRN scaling",
+             add={"rope_factors_short.weight": freqs, "rope_factors_long.weight": freqs},
+             kv={"phi3.rope.scaling.type": "yarn", "phi3.rope.scaling.factor": 4.0})
         case("a tensor no architecture uses", "llama",
              "tensor 'blk.0.ffn_mystery.weight' is not used by the llama architecture",
              add={"blk.0.ffn_mystery.weight": np.ones((4, 4), np.float32)})
@@ -196,6 +210,9 @@ def main() -> int:
         inspect("plain llama", "llama", [])
         inspect("llama 3.1 factors", "llama", ["RoPE frequency factors"],
                 add={"rope_freqs.weight": freqs})
+        inspect("llama with YaRN", "llama",
+                ["YaRN RoPE scaling (factor 4 over an original context of 32; ext_factor 1, "
+                 "beta 32/1, magnitude 1.139)"], kv=yarn)
         inspect("qwen2", "qwen2", ["biases on Q, K and V"])
         inspect("qwen3", "qwen3", ["QK-norm"])
         inspect("phi3 with LongRoPE and a window", "phi3",

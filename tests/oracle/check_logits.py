@@ -224,7 +224,7 @@ def main() -> int:
     g.add_argument("--n-ff", type=int, default=96)
     g.add_argument("--ctx", type=int, default=256, help="the model's context length")
     g.add_argument("--tied", action="store_true")
-    g.add_argument("--rope-scaling", choices=["none", "linear"], default="none")
+    g.add_argument("--rope-scaling", choices=["none", "linear", "yarn"], default="none")
     g.add_argument("--rope-scale-factor", type=float, default=1.0)
     g.add_argument("--rope-freq-base", type=float, default=10000.0)
     make_llama_gguf.add_gemma3_arguments(g)

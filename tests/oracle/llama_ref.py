@@ -33,6 +33,17 @@ RoPE frequency factors (any architecture whose file has them):
   - <arch>.rope.scaling.attn_factor (default 1, as llama.cpp's hparams.rope_attn_factor)
     multiplies cos and sin (so each of q and k), as ggml's rope_yarn mscale and HF's
     attention_scaling do.
+YaRN (rope.scaling.type "yarn", factor s, original_context_length n_orig, any architecture; on
+gemma3 only its global layers): ggml's rope_yarn as llama.cpp drives it. Pair i's extrapolated
+angle theta_e = pos * base^(-2i/n_rot) / freq_factor[i] and interpolated one theta_i = theta_e / s
+mix as theta_i * (1 - r) + theta_e * r, where r = (1 - clamp((i - low) / max(0.001, high - low),
+0, 1)) * ext_factor and low = max(0, floor(d(beta_fast))), high = min(n_rot - 1,
+ceil(d(beta_slow))), d(b) = n_rot ln(n_orig / (2 pi b)) / (2 ln base). cos and sin are multiplied
+by llama.cpp's yarn_attn_factor (get_mscale(s, 1) / get_mscale(s, log_multiplier) when the file
+has rope.scaling.yarn_log_multiplier, else get_mscale(s, 1); divided by 1 + 0.1 ln s; times
+rope.scaling.attn_factor) and then by ggml's 1 + 0.1 ln s. ext_factor defaults to 1, beta_fast
+to 32, beta_slow to 1 (rope.scaling.yarn_*); with ext_factor 0 the angle is theta_i and the
+multiplier rope.scaling.yarn_attn_factor times attn_factor.
 and for the mixtures of experts (llama with expert_count: Mixtral; qwen2moe; qwen3moe), whose
 feed-forward is llama.cpp's build_moe_ffn: see moe_ffn;
 and for qwen2 / qwen3 / phi3 GGUF files (Hugging Face's Qwen2/Qwen3/Phi3 modeling, with
@@ -102,6 +113,8 @@ class HParams:
     # cos/sin multiplier
     rope_freq_factors: np.ndarray | None = None
     rope_attn_factor: float = 1.0
+    # YaRN: {"factor", "n_orig", "ext_factor", "beta_fast", "beta_slow", "mscale"} or None
+    yarn: dict | None = None
     n_ctx: int = 0  # the run's context size (phi3: picks the long or short factors)
     # mixture of experts (expert_count > 0): experts per token, and whether their weights are
     # normalized to sum 1 (Mixtral, qwen3moe; not qwen2moe)
@@ -163,6 +176,30 @@ class RefModel:
             hp.expert_norm = arch != "qwen2moe"
         hp.n_ctx = int(n_ctx) if n_ctx else int(self.field(f"{a}.context_length", 0))
         hp.rope_attn_factor = float(self.field(f"{a}.rope.scaling.attn_factor", 1.0))
+        if self.field(f"{a}.rope.scaling.type", "none") == "yarn":
+            factor = float(self.field(f"{a}.rope.scaling.factor"))
+            ext = float(self.field(f"{a}.rope.scaling.yarn_ext_factor", -1.0))
+            ext = 1.0 if ext < 0 else ext
+            log_mul = float(self.field(f"{a}.rope.scaling.yarn_log_multiplier", 0.0))
+
+            def get_mscale(scale, m):
+                return 1.0 if scale <= 1.0 else 0.1 * m * np.log(scale) + 1.0
+            if ext != 0:
+                attn = get_mscale(factor, 1.0)
+                if log_mul != 0:
+                    attn = attn / get_mscale(factor, log_mul)
+                attn = attn / (1.0 + 0.1 * np.log(factor)) * hp.rope_attn_factor
+                mscale = attn * (1.0 + 0.1 * np.log(factor))  # ggml's rope_yarn
+            else:
+                mscale = float(self.field(f"{a}.rope.scaling.yarn_attn_factor", 1.0)) * \
+                    hp.rope_attn_factor
+            hp.yarn = {
+                "factor": factor, "ext_factor": ext, "mscale": mscale,
+                "n_orig": int(self.field(f"{a}.rope.scaling.original_context_length",
+                                         int(self.field(f"{a}.context_length")))),
+                "beta_fast": float(self.field(f"{a}.rope.scaling.yarn_beta_fast", 32.0)),
+                "beta_slow": float(self.field(f"{a}.rope.scaling.yarn_beta_slow", 1.0)),
+            }
         if arch == "llama" and self.has("rope_freqs.weight"):
             hp.rope_freq_factors = self.weight("rope_freqs.weight")
         if arch == "phi3":
@@ -220,17 +257,33 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, scale: float,
          neox: bool, freq_factors: np.ndarray | None = None,
-         attn_factor: float = 1.0) -> np.ndarray:
+         attn_factor: float = 1.0, yarn: dict | None = None) -> np.ndarray:
     """x: [n_tokens, n_heads, head_dim]. Rotates the first n_rot dims of each head: adjacent
     pairs (x[2i], x[2i+1]) in NORMAL mode, (x[i], x[i + n_rot/2]) in NEOX mode. Pair i turns by
     pos / scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are multiplied by
-    attn_factor."""
+    attn_factor. With yarn (HParams.yarn), the angle and the multiplier are YaRN's (the module's
+    docstring) and scale and attn_factor are not used."""
     out = x.copy()
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv_freq = base ** (-2.0 * i / n_rot)
-    theta = (positions.astype(np.float64) / scale)[:, None] * inv_freq[None, :]
-    if freq_factors is not None:
-        theta = theta / np.asarray(freq_factors, dtype=np.float64)[None, :]
+    if yarn is None:
+        theta = (positions.astype(np.float64) / scale)[:, None] * inv_freq[None, :]
+        if freq_factors is not None:
+            theta = theta / np.asarray(freq_factors, dtype=np.float64)[None, :]
+    else:
+        extrap = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+        if freq_factors is not None:
+            extrap = extrap / np.asarray(freq_factors, dtype=np.float64)[None, :]
+        interp = extrap / yarn["factor"]
+        theta = interp
+        if yarn["ext_factor"] != 0:
+            def corr_dim(beta):
+                return n_rot * np.log(yarn["n_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
+            low = max(0.0, np.floor(corr_dim(yarn["beta_fast"])))
+            high = min(n_rot - 1.0, np.ceil(corr_dim(yarn["beta_slow"])))
+            ramp = (1 - np.clip((i - low) / max(0.001, high - low), 0, 1)) * yarn["ext_factor"]
+            theta = interp * (1 - ramp)[None, :] + extrap * ramp[None, :]
+        attn_factor = yarn["mscale"]
     cos = np.cos(theta)[:, None, :]
     sin = np.sin(theta)[:, None, :]
     if attn_factor != 1.0:
@@ -374,10 +427,11 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
         if gemma or hp.arch in ("qwen3", "qwen3moe"):
             q = norm(q, b + "attn_q_norm.weight")
             k = norm(k, b + "attn_k_norm.weight")
+        yarn = None if gemma_sliding else hp.yarn
         q = rope(q, positions, hp.n_rot, base, rope_scale, neox=neox,
-                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor)
+                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor, yarn=yarn)
         k = rope(k, positions, hp.n_rot, base, rope_scale, neox=neox,
-                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor)
+                 freq_factors=hp.rope_freq_factors, attn_factor=hp.rope_attn_factor, yarn=yarn)
         if kv_cache == "f16":
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)
