@@ -157,11 +157,18 @@ def cases() -> list[Case]:
         Case("llama_yarn", P(seed=22, rope_scaling="yarn", rope_scale_factor=4.0,
                              original_context=512, rope_freq_base=1000.0),
              ablation=("without YaRN", _no_yarn)),
+        Case("qwen3_yarn_attn", P(arch="qwen3", seed=23, head_dim_override=32,
+                                  rope_scaling="yarn", rope_scale_factor=8.0,
+                                  original_context=256, rope_freq_base=1000.0,
+                                  rope_attn_factor=0.9)),
         Case("qwen3_yarn_keys", P(arch="qwen3", seed=23, head_dim_override=32,
                                   rope_scaling="yarn", rope_scale_factor=8.0,
                                   original_context=256, rope_freq_base=1000.0,
-                                  yarn_beta_fast=16.0, yarn_log_multiplier=0.5,
-                                  rope_attn_factor=0.9)),
+                                  yarn_beta_fast=16.0, yarn_log_multiplier=0.5),
+             expect_match=False,
+             note="llama.cpp reads rope.scaling.yarn_beta_* and yarn_log_multiplier only for the "
+                  "architectures whose converters write them (not qwen3): it runs the defaults, "
+                  "the reference and polystack what the file says"),
         # Mixtures of experts (decisive routing, make_llama_gguf.py): 2 of 8 experts.
         Case("qwen3moe", P(arch="qwen3moe", seed=31, head_dim_override=32, n_expert=8,
                            n_expert_used=2),
