@@ -1,5 +1,6 @@
 #pragma once
 // Tensor element types with the exact GGUF (ggml) type ids and block layouts.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -135,6 +136,46 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+
+// The 4-bit codebook types: each element is an index into a table of 16 int8 values, times
+// the scale of its block of 32.
+//   IQ4_NL: fp16 scale; a non-linear table.
+//   MXFP4 (OCP microscaling FP4): E2M1 values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their
+//          negatives), times 2^(e - 128) for the block's 8-bit exponent e (E8M0, halved).
+//   IQ4_XS: super-blocks of 256 as 8 sub-blocks of 32 with IQ4_NL's table, each scaled by
+//          d * (l - 32) for a 6-bit l (4 low bits in scales_l, 2 high in scales_h).
+// Element j of a 32-block is the low nibble of qs[j], element j + 16 the high one.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;            // bits 2 ib, 2 ib + 1: the high bits of sub-block ib's scale
+  uint8_t scales_l[QK_K / 64];  // nibble ib % 2 of byte ib / 2: its low bits
+  uint8_t qs[QK_K / 2];         // 16 bytes per sub-block
+};
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockMXFP4) == 17 && sizeof(BlockIQ4_XS) == 136);
+
+// 2^(e - 128): an MXFP4 block's scale (ggml's E8M0 "half" conversion; e = 0 and 1 give the
+// subnormals 2^-128 and 2^-127).
+inline float e8m0_half_to_f32(uint8_t e) {
+  return std::bit_cast<float>(e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23);
+}
+// IQ4_XS sub-block ib's 6-bit scale, minus 32.
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
+  const int lo = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+  const int hi = (b.scales_h >> (2 * ib)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
 
 // Conversions between a row of F32 values and a row of type t (n a multiple of its block).
 // Supported for every computable type and Q8_K (the k-quants' activation type).

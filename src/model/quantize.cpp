@@ -15,12 +15,13 @@ namespace {
 
 // llama.cpp's file-type codes (general.file_type).
 const QuantMix kMixes[] = {
-    {"F16", DType::F16, 1},      {"BF16", DType::BF16, 32},   {"Q8_0", DType::Q8_0, 7},
-    {"Q4_0", DType::Q4_0, 2},    {"Q4_1", DType::Q4_1, 3},    {"Q5_0", DType::Q5_0, 8},
-    {"Q5_1", DType::Q5_1, 9},    {"Q2_K", DType::Q2_K, 10},   {"Q3_K_S", DType::Q3_K, 11},
-    {"Q3_K_M", DType::Q3_K, 12}, {"Q3_K_L", DType::Q3_K, 13}, {"Q4_K_S", DType::Q4_K, 14},
-    {"Q4_K_M", DType::Q4_K, 15}, {"Q5_K_S", DType::Q5_K, 16}, {"Q5_K_M", DType::Q5_K, 17},
-    {"Q6_K", DType::Q6_K, 18},
+    {"F16", DType::F16, 1},          {"BF16", DType::BF16, 32},     {"Q8_0", DType::Q8_0, 7},
+    {"Q4_0", DType::Q4_0, 2},        {"Q4_1", DType::Q4_1, 3},      {"Q5_0", DType::Q5_0, 8},
+    {"Q5_1", DType::Q5_1, 9},        {"Q2_K", DType::Q2_K, 10},     {"Q3_K_S", DType::Q3_K, 11},
+    {"Q3_K_M", DType::Q3_K, 12},     {"Q3_K_L", DType::Q3_K, 13},   {"Q4_K_S", DType::Q4_K, 14},
+    {"Q4_K_M", DType::Q4_K, 15},     {"Q5_K_S", DType::Q5_K, 16},   {"Q5_K_M", DType::Q5_K, 17},
+    {"Q6_K", DType::Q6_K, 18},       {"IQ4_NL", DType::IQ4_NL, 25}, {"IQ4_XS", DType::IQ4_XS, 30},
+    {"MXFP4_MOE", DType::MXFP4, 38},
 };
 // llama.cpp's quantize takes these names for the medium mixes.
 const std::pair<const char*, const char*> kMixAliases[] = {
@@ -53,6 +54,8 @@ DType fallback_for(DType t) {
       return DType::Q5_1;
     case DType::Q6_K:
       return DType::Q8_0;
+    case DType::IQ4_XS:
+      return DType::IQ4_NL;
     default:
       return DType::F16;
   }
@@ -89,11 +92,22 @@ std::optional<DType> choose_type(const QuantMix& mix, const TensorRole& t, std::
   // A mixture of experts' router: small, and a rounding there can change which experts run.
   if (ends_with(t.name, "ffn_gate_inp.weight")) return std::nullopt;
   const bool k_mix = block_size(mix.base) == QK_K;
+  const bool iq4 = mix.name == "IQ4_NL" || mix.name == "IQ4_XS";
   DType type = mix.base;
   const bool output = t.name == "output.weight" || t.tied_output;
-  if (output) {
+  if (mix.name == "MXFP4_MOE") {
+    // The experts' stacked weights in MXFP4, everything else (the output too) in Q8_0.
+    type = t.dims.size() >= 3 && t.dims[2] > 1 && !output ? DType::MXFP4 : DType::Q8_0;
+  } else if (output) {
     // The output projection decides every token: 6 bits for every 2- to 6-bit mix.
     if (type != DType::F16 && type != DType::BF16 && type != DType::Q8_0) type = DType::Q6_K;
+  } else if (iq4 && t.layer >= 0) {
+    // llama.cpp's rules for the IQ4 mixes without an importance matrix.
+    if (ends_with(t.name, "attn_v.weight") && t.n_gqa >= 4) type = DType::Q5_K;
+    if ((ends_with(t.name, "ffn_down.weight") || ends_with(t.name, "ffn_down_exps.weight") ||
+         ends_with(t.name, "ffn_down_shexp.weight")) &&
+        t.layer < t.n_layers / 8)
+      type = DType::Q5_K;
   } else if (k_mix && t.layer >= 0) {
     const int i = t.layer, n = t.n_layers;
     if (ends_with(t.name, "attn_v.weight")) {

@@ -95,7 +95,8 @@ void add_expert_cases(std::vector<std::pair<std::string, Builder>>& builders) {
       {"9 tokens, 1 of 6, all choose expert 4", 6, 1, 9, false, 4, 0, 6},
       {"7 tokens, k = E = 4, per slot", 4, 4, 7, true, -1, 0, 4},
   };
-  const DType id_types[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K};
+  const DType id_types[] = {DType::F32,  DType::F16,  DType::Q8_0,
+                            DType::Q4_0, DType::Q4_K, DType::MXFP4};
   for (DType t : id_types) {
     const int64_t K = t == DType::Q4_K ? 256 : block_size(t) > 1 ? 64 : 45;
     for (const IdCase& a : id_cases) {
@@ -219,6 +220,28 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                               });
       }
     }
+  }
+  // The 4-bit codebook types (IQ4_XS in super-blocks of 256).
+  const DType codebook_types[] = {DType::IQ4_NL, DType::MXFP4, DType::IQ4_XS};
+  for (DType t : codebook_types) {
+    const bool xs = t == DType::IQ4_XS;
+    for (int64_t k : {xs ? 256 : 64, xs ? 768 : 192}) {
+      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
+        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
+                              [=](Case& c, std::mt19937& rng) {
+                                Tensor* w = c.random_leaf("w", t, {k, n, 1, 1}, rng);
+                                Tensor* x = c.random_leaf("x", DType::F32, {k, m, 1, 1}, rng);
+                                c.out = c.graph.matmul(w, x);
+                                c.tolerance = 2e-2;
+                              });
+      }
+    }
+    builders.emplace_back(
+        fmt::format("get_rows {}", dtype_name(t)), [=](Case& c, std::mt19937& rng) {
+          Tensor* table = c.random_leaf("table", t, {xs ? 512 : 64, 11, 1, 1}, rng);
+          Tensor* ids = c.int_leaf("ids", {10, 0, 3, 7, 10, 1});
+          c.out = c.graph.get_rows(table, ids);
+        });
   }
   for (DType t : weight_types) {
     builders.emplace_back(fmt::format("get_rows {}", dtype_name(t)),

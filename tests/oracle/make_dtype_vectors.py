@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes dtype test vectors made by the gguf package, for tests/unit/dtype_oracle_test.cpp.
 
-For each type T of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 the file holds three tensors of
+For each type T of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 the file holds three tensors of
 7 rows x 160 columns (5 blocks of 32 per row):
   src.T  F32 source values
   q.T    gguf.quants.quantize(src.T, T), stored as type T
@@ -13,9 +13,9 @@ min/max types), an all-zero block, positive-only and negative-only blocks, equal
 scaling. The last row holds type-specific values: for F16 / BF16 infinities, NaN, overflow,
 subnormals and round-to-even halfway points; for block types log-uniform magnitudes.
 
-For each k-quant type T of Q2_K .. Q6_K (the gguf package dequantizes them but does not
-quantize) the file holds 7 rows of 2 super-blocks of random bytes, their fp16 scales set to
-finite values of mixed magnitudes:
+For each k-quant type T of Q2_K .. Q6_K, and IQ4_NL and IQ4_XS (the gguf package dequantizes
+them but does not quantize) the file holds 7 rows of 2 blocks of random bytes, their fp16 scales
+set to finite values of mixed magnitudes:
   q.T    the blocks, stored as type T
   ref.T  gguf.quants.dequantize(q.T, T), stored as F32
 
@@ -32,12 +32,14 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4"]
 ROWS, BLOCK, BLOCKS = 7, 32, 5
 COLS = BLOCK * BLOCKS
-# k-quant type: (bytes per 256-element block, byte offsets of its fp16 scale fields)
-K_TYPES = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2)),
-           "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+# dequantize-only type: (bytes per block, byte offsets of its fp16 scale fields, elements per
+# block)
+K_TYPES = {"Q2_K": (84, (80, 82), 256), "Q3_K": (110, (108,), 256), "Q4_K": (144, (0, 2), 256),
+           "Q5_K": (176, (0, 2), 256), "Q6_K": (210, (208,), 256), "IQ4_NL": (18, (0,), 32),
+           "IQ4_XS": (136, (0,), 256)}
 K_BLOCKS = 2
 
 
@@ -99,7 +101,7 @@ def special_row(qtype: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def random_k_blocks(name: str, rng: np.random.Generator) -> np.ndarray:
-    size, scale_fields = K_TYPES[name]
+    size, scale_fields, _ = K_TYPES[name]
     q = rng.integers(0, 256, (ROWS, K_BLOCKS, size), dtype=np.uint8)
     for off in scale_fields:
         scale = rng.standard_normal((ROWS, K_BLOCKS)) * 10.0 ** rng.uniform(-5, 1, (ROWS, K_BLOCKS))
@@ -134,13 +136,13 @@ def main() -> int:
         q = random_k_blocks(name, rng)
         ref = gguf.quants.dequantize(q, QT[name]).astype(np.float32)
         writer.add_tensor(f"q.{name}", q, raw_dtype=QT[name])
-        writer.add_tensor(f"ref.{name}", ref.reshape(ROWS, K_BLOCKS * 256))
+        writer.add_tensor(f"ref.{name}", ref.reshape(ROWS, K_BLOCKS * K_TYPES[name][2]))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     print(f"wrote {a.out}: {', '.join(TYPES)}; {ROWS} x {COLS} each; "
-          f"{', '.join(K_TYPES)}: {ROWS} x {K_BLOCKS * 256} each")
+          f"{', '.join(K_TYPES)}: {ROWS} x {K_BLOCKS} blocks each")
     return 0
 
 

@@ -128,18 +128,21 @@ TEST_P(DtypeOracle, QuantizeMatchesGgufPackageByteForByte) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GgufPackage, DtypeOracle,
-                         ::testing::Values("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"),
+                         ::testing::Values("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                           "MXFP4"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
 
-// The k-quants: the gguf package dequantizes them (from random blocks) but has no quantizer.
+// The k-quants, IQ4_NL and IQ4_XS: the gguf package dequantizes them (from random blocks) but
+// has no quantizer.
 class KQuantDtypeOracle : public DtypeOracle {};
 
 TEST_P(KQuantDtypeOracle, DequantizeMatchesGgufPackageBitForBit) { expect_dequantize_matches(); }
 
 INSTANTIATE_TEST_SUITE_P(GgufPackage, KQuantDtypeOracle,
-                         ::testing::Values("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"),
+                         ::testing::Values("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                                           "IQ4_XS"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });

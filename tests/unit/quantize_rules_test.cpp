@@ -2,6 +2,8 @@
 // (src/llama-quant.cpp): here the fused tensors of phi3 beside the separate ones of llama.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "model/quantize.h"
 
 namespace ps {
@@ -48,6 +50,43 @@ TEST(QuantizeRules, SmallAndLargeMixes) {
   EXPECT_EQ(choose("Q5_K_S", "blk.0.attn_v.weight", 0), DType::Q5_K);
   EXPECT_EQ(choose("Q5_K_S", "output.weight", -1), DType::Q6_K);
   EXPECT_EQ(choose("Q3_K_S", "output.weight", -1), DType::Q6_K);
+}
+
+// The IQ4 mixes without an importance matrix, and MXFP4_MOE: experts in MXFP4, the rest Q8_0.
+TEST(QuantizeRules, CodebookMixes) {
+  for (const char* mix : {"IQ4_NL", "IQ4_XS"}) {
+    SCOPED_TRACE(mix);
+    const DType base = *dtype_from_name(mix);
+    EXPECT_EQ(choose(mix, "blk.9.attn_q.weight", 9), base);
+    EXPECT_EQ(choose(mix, "blk.3.ffn_down.weight", 3), DType::Q5_K);
+    EXPECT_EQ(choose(mix, "blk.4.ffn_down.weight", 4), base);
+    EXPECT_EQ(choose(mix, "blk.2.ffn_down_exps.weight", 2), DType::Q5_K);
+    EXPECT_EQ(choose(mix, "blk.0.attn_v.weight", 0), base);  // n_gqa 1 here
+    EXPECT_EQ(choose(mix, "output.weight", -1), DType::Q6_K);
+  }
+  TensorRole gqa{"blk.9.attn_v.weight", {3072, 1024}};
+  gqa.layer = 9;
+  gqa.n_layers = 32;
+  gqa.n_gqa = 4;
+  EXPECT_EQ(choose_type(*find_quant_mix("IQ4_XS"), gqa, nullptr), DType::Q5_K);
+  // Rows of 96 hold no IQ4_XS super-block: IQ4_NL, as llama.cpp falls back.
+  TensorRole narrow{"blk.9.attn_q.weight", {96, 96}};
+  narrow.layer = 9;
+  narrow.n_layers = 32;
+  std::string why;
+  EXPECT_EQ(choose_type(*find_quant_mix("IQ4_XS"), narrow, &why), DType::IQ4_NL);
+  EXPECT_NE(why.find("using IQ4_NL"), std::string::npos) << why;
+
+  const QuantMix& mx = *find_quant_mix("mxfp4_moe");
+  EXPECT_EQ(mx.file_type, 38u);
+  TensorRole experts{"blk.1.ffn_up_exps.weight", {3072, 768, 32}};
+  experts.layer = 1;
+  experts.n_layers = 32;
+  EXPECT_EQ(choose_type(mx, experts, nullptr), DType::MXFP4);
+  EXPECT_EQ(choose("MXFP4_MOE", "blk.1.attn_q.weight", 1), DType::Q8_0);
+  EXPECT_EQ(choose("MXFP4_MOE", "output.weight", -1), DType::Q8_0);
+  EXPECT_EQ(find_quant_mix("IQ4_NL")->file_type, 25u);
+  EXPECT_EQ(find_quant_mix("IQ4_XS")->file_type, 30u);
 }
 
 TEST(QuantizeRules, LlamaCppNamesAndFileTypes) {

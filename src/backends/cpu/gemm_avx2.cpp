@@ -172,12 +172,43 @@ struct Q5_1Traits {
   }
 };
 
+// The codebook types: signed values looked up per nibble; MXFP4's scale is its exponent's.
+struct IQ4_NLTraits {
+  using WBlock = BlockIQ4_NL;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 0;
+  static constexpr bool is_signed = true, has_min = false;
+  static __m256i unpack(const WBlock& b) { return looked_up(b.qs, codebook(kIq4nlValues)); }
+};
+struct MXFP4Traits {
+  using WBlock = BlockMXFP4;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 0;
+  static constexpr bool is_signed = true, has_min = false;
+  static __m256i unpack(const WBlock& b) { return looked_up(b.qs, codebook(kMxfp4Values)); }
+  static float scale(const WBlock& b) { return e8m0_half(b.e); }
+};
+
 // One fp16 field of block b of each of R rows, as floats in lanes 0..R-1 (zeros above).
 template <typename WBlock, int R, typename Field>
 __m128 row_halves(const WBlock* const (&w)[R], int64_t b, Field field) {
   uint64_t bits = 0;
   for (int r = 0; r < R; ++r) bits |= uint64_t(field(w[r][b])) << (16 * r);
   return _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(bits)));
+}
+
+// Block b's weight scales of the R rows in lanes 0..R-1: fp16 d, or T::scale where the type
+// has one.
+template <typename T, int R>
+__m128 weight_scales(const typename T::WBlock* const (&w)[R], int64_t b) {
+  using WBlock = typename T::WBlock;
+  if constexpr (requires(const WBlock& x) { T::scale(x); }) {
+    alignas(16) float s[4] = {};
+    for (int r = 0; r < R; ++r) s[r] = T::scale(w[r][b]);
+    return _mm_load_ps(s);
+  } else {
+    return row_halves<WBlock, R>(w, b, [](const WBlock& blk) { return blk.d; });
+  }
 }
 
 template <typename T>
@@ -207,7 +238,7 @@ struct QuantTile {
       // ports are what bounds this loop.
       alignas(16) float scales[C][4];
       alignas(32) __m256i a_offset[C];  // VNNI: -(offset . a) in int32 lanes
-      const __m128 dw = row_halves<WBlock, R>(w, b, [](const WBlock& blk) { return blk.d; });
+      const __m128 dw = weight_scales<T, R>(w, b);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         _mm_store_ps(scales[c], _mm_mul_ps(dw, _mm_set1_ps(half_to_float(a[c][b].d))));
@@ -459,6 +490,8 @@ constexpr GemmKernel kQ4_0 = make_kernel<QuantTile<Q4_0Traits>, kTileRows, kTile
 constexpr GemmKernel kQ5_0 = make_kernel<QuantTile<Q5_0Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ4_1 = make_kernel<QuantTile<Q4_1Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTileCols>();
+constexpr GemmKernel kIQ4_NL = make_kernel<QuantTile<IQ4_NLTraits>, kTileRows, kTileCols>();
+constexpr GemmKernel kMXFP4 = make_kernel<QuantTile<MXFP4Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ2_K = make_kernel<KQuantTile<K2Traits<BlockQ2_K>>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ3_K = make_kernel<KQuantTile<K2Traits<BlockQ3_K>>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ4_K =
@@ -477,6 +510,10 @@ const GemmKernel* gemm_kernel_avx2(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     POLYSTACK_CPU_KQUANT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    case DType::IQ4_NL:
+      return &kIQ4_NL;
+    case DType::MXFP4:
+      return &kMXFP4;
     default:
       return nullptr;
   }

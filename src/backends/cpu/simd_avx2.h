@@ -17,6 +17,14 @@ namespace {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
+// An MXFP4 block's scale 2^(e - 128) (as core/dtype.h's e8m0_half_to_f32).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // The sum of the 8 lanes.
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -66,6 +74,15 @@ inline __m256i unpack_fifth_bits(const uint8_t* qh) {
   // j%8 was set.
   const __m256i probe = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
   return _mm256_and_si256(_mm256_cmpeq_epi8(probe, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+// A 16-entry int8 codebook in both 128-bit lanes, and the 32 values a block's nibbles index
+// in it (vpshufb), in element order.
+inline __m256i codebook(const int8_t* values) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+inline __m256i looked_up(const uint8_t* qs, __m256i table) {
+  return _mm256_shuffle_epi8(table, unpack_nibbles(qs));
 }
 
 inline __m256i load_bytes(const int8_t* p) {

@@ -151,6 +151,59 @@ float dot_q5_1(int64_t n, const void* wv, const void* av) {
   return float(sum);
 }
 
+// The codebook types: one table lookup per element, an exact int32 block sum, one scale.
+template <typename Block>
+int32_t table_block_sum(const Block& w, const BlockQ8_0& a, const int8_t* table) {
+  int32_t isum = 0;
+  for (int j = 0; j < 16; ++j) {
+    isum += int32_t(table[w.qs[j] & 0x0f]) * a.qs[j];
+    isum += int32_t(table[w.qs[j] >> 4]) * a.qs[j + 16];
+  }
+  return isum;
+}
+
+float dot_iq4_nl(int64_t n, const void* wv, const void* av) {
+  const auto* w = blocks<BlockIQ4_NL>(wv);
+  const auto* a = blocks<BlockQ8_0>(av);
+  double sum = 0;
+  for (int64_t b = 0; b < n / 32; ++b)
+    sum += double(block_scale(w[b].d, a[b].d)) * table_block_sum(w[b], a[b], kIq4nlValues);
+  return float(sum);
+}
+
+float dot_mxfp4(int64_t n, const void* wv, const void* av) {
+  const auto* w = blocks<BlockMXFP4>(wv);
+  const auto* a = blocks<BlockQ8_0>(av);
+  double sum = 0;
+  for (int64_t b = 0; b < n / 32; ++b)
+    sum += double(e8m0_half_to_f32(w[b].e) * fp16_to_f32(a[b].d)) *
+           table_block_sum(w[b], a[b], kMxfp4Values);
+  return float(sum);
+}
+
+// IQ4_XS against Q8_0 activations: sub-block ib of super-block b meets activation block
+// 8 b + ib; its scale is d * (l - 32), rounded to float with the activation's as
+// (d * (l - 32)) * d_a.
+float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
+  const auto* w = blocks<BlockIQ4_XS>(wv);
+  const auto* a = blocks<BlockQ8_0>(av);
+  double sum = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const float d = fp16_to_f32(w[b].d);
+    for (int ib = 0; ib < QK_K / 32; ++ib) {
+      const BlockQ8_0& ab = a[b * (QK_K / 32) + ib];
+      const uint8_t* qs = w[b].qs + 16 * ib;
+      int32_t isum = 0;
+      for (int j = 0; j < 16; ++j) {
+        isum += int32_t(kIq4nlValues[qs[j] & 0x0f]) * ab.qs[j];
+        isum += int32_t(kIq4nlValues[qs[j] >> 4]) * ab.qs[j + 16];
+      }
+      sum += double(d * float(iq4_xs_scale(w[b], ib)) * fp16_to_f32(ab.d)) * isum;
+    }
+  }
+  return float(sum);
+}
+
 void act_q8_0(const float* x, void* dst, int64_t n) { quantize_row(DType::Q8_0, x, dst, n); }
 
 // GGUF's Q8_1 quantizer, rounding like the Q8_0 reference one (halves away from zero), and like
@@ -183,6 +236,9 @@ constexpr DotKernel kQ4_0{DType::Q8_0, act_q8_0, dot_q4_0};
 constexpr DotKernel kQ5_0{DType::Q8_0, act_q8_0, dot_q5_0};
 constexpr DotKernel kQ4_1{DType::Q8_1, act_q8_1, dot_q4_1};
 constexpr DotKernel kQ5_1{DType::Q8_1, act_q8_1, dot_q5_1};
+constexpr DotKernel kIQ4_NL{DType::Q8_0, act_q8_0, dot_iq4_nl};
+constexpr DotKernel kMXFP4{DType::Q8_0, act_q8_0, dot_mxfp4};
+constexpr DotKernel kIQ4_XS{DType::Q8_0, act_q8_0, dot_iq4_xs};
 
 }  // namespace
 
@@ -193,6 +249,7 @@ void act_copy_f32(const float* x, void* dst, int64_t n) {
 const DotKernel* dot_kernel_scalar(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    POLYSTACK_CPU_TABLE_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return dot_kernel_kquants(w);
   }

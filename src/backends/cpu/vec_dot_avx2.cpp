@@ -101,6 +101,13 @@ __m128 half_products(uint16_t x0, uint16_t x1, uint16_t x2, uint16_t x3, uint16_
   return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
 }
 
+// A block's own scale: fp16 d, or MXFP4's E8M0 exponent.
+template <typename WBlock>
+float weight_scale(const WBlock& w) {
+  return half_to_float(w.d);
+}
+float weight_scale(const BlockMXFP4& w) { return e8m0_half(w.e); }
+
 // One kernel per weight type: block_dot(w, a) is the unscaled dot of one block as 8 float lane
 // sums; has_offset types add m_w * s_a per block.
 template <typename WBlock, typename ABlock, __m256 (*block_dot)(const WBlock&, const ABlock&),
@@ -110,7 +117,7 @@ float dot_quant(int64_t n, const void* wv, const void* av) {
   const ABlock* a = static_cast<const ABlock*>(av);
   const int64_t nb = n / 32;
   const auto scale = [&](int64_t i) {
-    return _mm256_set1_ps(half_to_float(w[i].d) * half_to_float(a[i].d));
+    return _mm256_set1_ps(weight_scale(w[i]) * half_to_float(a[i].d));
   };
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
@@ -152,6 +159,39 @@ __m256 block_q4_1(const BlockQ4_1& w, const BlockQ8_1& a) {
 __m256 block_q5_1(const BlockQ5_1& w, const BlockQ8_1& a) {
   const __m256i q = _mm256_or_si256(unpack_nibbles(w.qs), unpack_fifth_bits(w.qh));
   return dot_u8_i8(q, load_bytes(a.qs));
+}
+
+// The codebook types: each nibble looks its int8 value up in the 16-byte table (vpshufb, the
+// table in both 128-bit lanes), then as Q8_0.
+__m256 block_iq4_nl(const BlockIQ4_NL& w, const BlockQ8_0& a) {
+  return dot_i8_i8(looked_up(w.qs, codebook(kIq4nlValues)), load_bytes(a.qs));
+}
+__m256 block_mxfp4(const BlockMXFP4& w, const BlockQ8_0& a) {
+  return dot_i8_i8(looked_up(w.qs, codebook(kMxfp4Values)), load_bytes(a.qs));
+}
+
+// IQ4_XS: sub-block ib of super-block b against activation block 8 b + ib, each with its scale
+// (d * (l - 32)) * d_a; four accumulators in turn.
+float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const BlockIQ4_XS*>(wv);
+  const auto* a = static_cast<const BlockQ8_0*>(av);
+  const __m256i table = codebook(kIq4nlValues);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const float d = half_to_float(w[b].d);
+    const BlockQ8_0* ab = a + b * (QK_K / 32);
+#pragma GCC unroll 8
+    for (int ib = 0; ib < QK_K / 32; ++ib) {
+      const int lo = (w[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+      const int hi = (w[b].scales_h >> (2 * ib)) & 3;
+      const float scale = d * float((lo | (hi << 4)) - 32) * half_to_float(ab[ib].d);
+      acc[ib % 4] = _mm256_fmadd_ps(
+          _mm256_set1_ps(scale),
+          dot_i8_i8(looked_up(w[b].qs + 16 * ib, table), load_bytes(ab[ib].qs)), acc[ib % 4]);
+    }
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // ---- activation quantization --------------------------------------------------------------
@@ -253,6 +293,11 @@ constexpr DotKernel kQ5_0{DType::Q8_0, kActQ8_0,
                           dot_quant<BlockQ5_0, BlockQ8_0, block_q5_0, false>};
 constexpr DotKernel kQ4_1{DType::Q8_1, kActQ8_1, dot_quant<BlockQ4_1, BlockQ8_1, block_q4_1, true>};
 constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1, dot_quant<BlockQ5_1, BlockQ8_1, block_q5_1, true>};
+constexpr DotKernel kIQ4_NL{DType::Q8_0, kActQ8_0,
+                            dot_quant<BlockIQ4_NL, BlockQ8_0, block_iq4_nl, false>};
+constexpr DotKernel kMXFP4{DType::Q8_0, kActQ8_0,
+                           dot_quant<BlockMXFP4, BlockQ8_0, block_mxfp4, false>};
+constexpr DotKernel kIQ4_XS{DType::Q8_0, kActQ8_0, dot_iq4_xs};
 
 }  // namespace
 
@@ -263,6 +308,7 @@ const DotKernel* dot_kernel_avx2(DType w) {
 #endif
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    POLYSTACK_CPU_TABLE_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return dot_kernel_kquants_avx2(w);
   }

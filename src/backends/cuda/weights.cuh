@@ -168,6 +168,38 @@ PS_HD inline void decode32(const uint8_t* row, int64_t g, int64_t n, float* out)
       if constexpr (kQ5) q |= ((qh[l] >> j) & 1) << 4;
       out[l] = scale * float(q) - min;
     }
+  } else if constexpr (T == DType::IQ4_NL || T == DType::MXFP4) {
+    // The codebook types: a nibble indexes 16 int8 values (core/dtype.h). MXFP4 blocks are 17
+    // bytes, so its fields are read byte by byte.
+    constexpr bool kMx = T == DType::MXFP4;
+    const int8_t table[16] = {kMx ? 0 : -127, kMx ? 1 : -104, kMx ? 2 : -83, kMx ? 3 : -65,
+                              kMx ? 4 : -49,  kMx ? 6 : -35,  kMx ? 8 : -22, kMx ? 12 : -10,
+                              kMx ? 0 : 1,    kMx ? -1 : 13,  kMx ? -2 : 25, kMx ? -3 : 38,
+                              kMx ? -4 : 53,  kMx ? -6 : 69,  kMx ? -8 : 89, kMx ? -12 : 113};
+    const uint8_t* b = row + (kMx ? 17 : 18) * g;
+    float d;
+    if constexpr (kMx)
+      d = f32_from_bits(b[0] < 2 ? uint32_t(0x00200000) << b[0] : uint32_t(b[0] - 1) << 23);
+    else
+      d = load_half(b);
+    const uint8_t* qs = b + (kMx ? 1 : 2);
+    for (int i = 0; i < 16; ++i) {
+      out[i] = d * float(table[qs[i] & 0x0f]);
+      out[i + 16] = d * float(table[qs[i] >> 4]);
+    }
+  } else if constexpr (T == DType::IQ4_XS) {
+    const int8_t table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                              1,    13,   25,  38,  53,  69,  89,  113};
+    const uint8_t* b = row + 136 * (g / 8);
+    const int j = int(g % 8);
+    const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+    const int hi = (load_u16_aligned(b + 2) >> (2 * j)) & 3;
+    const float dl = load_half(b) * float((lo | (hi << 4)) - 32);
+    const uint8_t* qs = b + 8 + 16 * j;
+    for (int i = 0; i < 16; ++i) {
+      out[i] = dl * float(table[qs[i] & 0x0f]);
+      out[i + 16] = dl * float(table[qs[i] >> 4]);
+    }
   } else if constexpr (T == DType::Q6_K) {
     const uint8_t* b = row + 210 * (g / 8);
     const int j = int(g % 8), h = j / 4, k = j % 4;
@@ -204,6 +236,9 @@ bool with_weight_type(DType t, F&& f) {
     PS_WEIGHT_CASE(Q4_K)
     PS_WEIGHT_CASE(Q5_K)
     PS_WEIGHT_CASE(Q6_K)
+    PS_WEIGHT_CASE(IQ4_NL)
+    PS_WEIGHT_CASE(MXFP4)
+    PS_WEIGHT_CASE(IQ4_XS)
 #undef PS_WEIGHT_CASE
     default:
       return false;

@@ -35,6 +35,24 @@ bool fits_u32(const Tensor& t) {
 }
 
 // Types the shaders read through weights.glsl, and the shader-name suffix of each.
+// The types weights.glsl reads a block at a time (load_block): the float types and the classic
+// 32-element ones; the k-quants and the codebook types are read element by element.
+bool whole_block_weights(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* weight_suffix(DType t) {
   switch (t) {
     case DType::F32:
@@ -61,6 +79,12 @@ const char* weight_suffix(DType t) {
       return "q4_k";
     case DType::Q5_K:
       return "q5_k";
+    case DType::IQ4_NL:
+      return "iq4_nl";
+    case DType::MXFP4:
+      return "mxfp4";
+    case DType::IQ4_XS:
+      return "iq4_xs";
     case DType::Q6_K:
       return "q6_k";
     default:
@@ -261,9 +285,9 @@ void VulkanDevice::run(Tensor& n) {
       Operand act{&x, sizeof(float)};
       std::string shader;
       uint64_t group_rows = 0, group_cols = 0;
-      if (lane_matmul_ && dtype_info(a->type).block_size < 256) {
-        // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants (see the
-        // shader list in src/CMakeLists.txt).
+      if (lane_matmul_ && whole_block_weights(a->type)) {
+        // Weight rows per lane of a subgroup-wide workgroup; not yet for the k-quants and the
+        // codebook types (see the shader list in src/CMakeLists.txt).
         const bool tile = x.ne[1] >= kLanesTileFrom;
         const uint32_t(&lanes)[2] = tile ? kLanesTile : kLanesVec;
         shader = fmt::format("matmul_lanes_{}{}", tile ? "tile_" : "", type);
@@ -274,7 +298,8 @@ void VulkanDevice::run(Tensor& n) {
         shader = fmt::format("matmul_tile_{}{}", f16 ? "f16_" : "", type);
         group_rows = group_cols = kTile;
       } else {
-        if (int_dot_matmul_ && dtype_info(a->type).block_size == 32) {
+        if (int_dot_matmul_ && whole_block_weights(a->type) &&
+            dtype_info(a->type).block_size == 32) {
           // Activations to blocks of 8-bit integers first, then packed integer dot products.
           const uint64_t blocks = uint64_t(x.ne[0] / 32) * cols;
           Tensor& q = scratch(size_t(blocks) * 10 * sizeof(uint32_t));

@@ -7,6 +7,14 @@ uint u32_at(uint b) {
   return byte_at(b) | (byte_at(b + 1) << 8) | (byte_at(b + 2) << 16) | (byte_at(b + 3) << 24);
 }
 
+#if defined(WTYPE_IQ4_NL) || defined(WTYPE_IQ4_XS)
+const float CODEBOOK[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0,
+                                     13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+#elif defined(WTYPE_MXFP4)
+const float CODEBOOK[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0,
+                                     -3.0, -4.0, -6.0, -8.0, -12.0);
+#endif
+
 float load_weight(uint row, uint j) {
 #if defined(WTYPE_F32)
   return uintBitsToFloat(wq[(row >> 2) + j]);
@@ -57,6 +65,26 @@ float load_weight(uint row, uint j) {
   const uint hi = (byte_at(blk + 128u + 32u * h + l) >> (2u * k)) & 3u;
   const int sc = int(byte_at(blk + 192u + 8u * h + 2u * k + l / 16u) << 24) >> 24;
   return half_at(blk + 208u) * float(sc) * float(int(lo | (hi << 4)) - 32);
+#elif defined(WTYPE_IQ4_NL) || defined(WTYPE_MXFP4)
+  // The codebook types (core/dtype.h): a nibble indexes CODEBOOK. MXFP4's blocks are 17 bytes
+  // (read byte by byte); its scale is 2^(e - 128).
+  const uint i = j % 32u;
+#if defined(WTYPE_IQ4_NL)
+  const uint blk = row + (j / 32u) * 18u, qs = blk + 2u;
+  const float d = half_at(blk);
+#else
+  const uint blk = row + (j / 32u) * 17u, qs = blk + 1u, e = byte_at(blk);
+  const float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+#endif
+  const uint q = byte_at(qs + (i % 16u));
+  return d * CODEBOOK[i < 16u ? q & 15u : q >> 4];
+#elif defined(WTYPE_IQ4_XS)
+  const uint blk = row + (j / 256u) * 136u, e = j % 256u, ib = e / 32u, i = e % 32u;
+  const uint lo = (byte_at(blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u;
+  const uint hi = ((byte_at(blk + 2u) | (byte_at(blk + 3u) << 8)) >> (2u * ib)) & 3u;
+  const float dl = half_at(blk) * float(int(lo | (hi << 4)) - 32);
+  const uint q = byte_at(blk + 8u + 16u * ib + (i % 16u));
+  return dl * CODEBOOK[i < 16u ? q & 15u : q >> 4];
 #else
   const uint i = j % 32u;
 #if defined(WTYPE_Q8_0)
