@@ -35,9 +35,10 @@ using cpu::BlockQ8_1;
 using cpu::DotKernel;
 using cpu::GemmKernel;
 
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
-                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,   DType::Q3_K,
-                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::MXFP4};
+const DType kWeightTypes[] = {DType::F32,  DType::F16,    DType::BF16,  DType::Q8_0,
+                              DType::Q4_0, DType::Q4_1,   DType::Q5_0,  DType::Q5_1,
+                              DType::Q2_K, DType::Q3_K,   DType::Q4_K,  DType::Q5_K,
+                              DType::Q6_K, DType::IQ4_NL, DType::MXFP4, DType::IQ4_XS};
 const int64_t kRows[] = {37, 64, 131};
 const int64_t kColumns[] = {2, 3, 5, 17, 64};
 
@@ -149,7 +150,7 @@ Problem make_problem(DType t, int64_t k, int64_t n, int64_t m, std::mt19937& rng
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* row = p.w.data() + size_t(r) * p.w_stride;
     dequantize_row(t, row, wd.data(), k);
-    if (block_size(t) == QK_K) wd = kquant_magnitudes(t, row, k);
+    if (block_size(t) == QK_K && t != DType::IQ4_XS) wd = kquant_magnitudes(t, row, k);
     if (has_min(t)) {
       const size_t block_bytes = dtype_info(t).block_bytes;
       for (int64_t b = 0; b < k / 32; ++b) {

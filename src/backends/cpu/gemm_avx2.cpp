@@ -189,6 +189,35 @@ struct MXFP4Traits {
   static float scale(const WBlock& b) { return e8m0_half(b.e); }
 };
 
+// IQ4_XS: each super-block is 8 blocks of 32 for the tile (block b is sub-block b % 8 of
+// super-block b / 8, against activation block b), each with its scale d * (l - 32).
+struct IQ4_XSTraits {
+  using WBlock = BlockIQ4_XS;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 0;
+  static constexpr bool is_signed = true, has_min = false;
+  static __m256i unpack_sub(const WBlock* row, int64_t b) {
+    return looked_up(row[b / 8].qs + 16 * (b % 8), codebook(kIq4nlValues));
+  }
+  static float scale_sub(const WBlock* row, int64_t b) {
+    const WBlock& x = row[b / 8];
+    const int ib = int(b % 8);
+    const int lo = (x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+    const int hi = (x.scales_h >> (2 * ib)) & 3;
+    return half_to_float(x.d) * float((lo | (hi << 4)) - 32);
+  }
+};
+
+// Block b of a row as bytes: T::unpack of the block, or T::unpack_sub where blocks of 32 are
+// parts of larger ones.
+template <typename T>
+__m256i unpack_at(const typename T::WBlock* row, int64_t b) {
+  if constexpr (requires { T::unpack_sub(row, b); })
+    return T::unpack_sub(row, b);
+  else
+    return T::unpack(row[b]);
+}
+
 // One fp16 field of block b of each of R rows, as floats in lanes 0..R-1 (zeros above).
 template <typename WBlock, int R, typename Field>
 __m128 row_halves(const WBlock* const (&w)[R], int64_t b, Field field) {
@@ -202,7 +231,11 @@ __m128 row_halves(const WBlock* const (&w)[R], int64_t b, Field field) {
 template <typename T, int R>
 __m128 weight_scales(const typename T::WBlock* const (&w)[R], int64_t b) {
   using WBlock = typename T::WBlock;
-  if constexpr (requires(const WBlock& x) { T::scale(x); }) {
+  if constexpr (requires(const WBlock* x) { T::scale_sub(x, b); }) {
+    alignas(16) float s[4] = {};
+    for (int r = 0; r < R; ++r) s[r] = T::scale_sub(w[r], b);
+    return _mm_load_ps(s);
+  } else if constexpr (requires(const WBlock& x) { T::scale(x); }) {
     alignas(16) float s[4] = {};
     for (int r = 0; r < R; ++r) s[r] = T::scale(w[r][b]);
     return _mm_load_ps(s);
@@ -259,7 +292,7 @@ struct QuantTile {
       }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256i q = T::unpack(w[r][b]);
+        const __m256i q = unpack_at<T>(w[r], b);
         // vpmaddubsw multiplies unsigned by signed bytes: signed weights give their sign to
         // the activations (|-128| reads as unsigned 128, still exact).
         const __m256i q_unsigned = T::is_signed ? _mm256_sign_epi8(q, q) : q;
@@ -492,6 +525,7 @@ constexpr GemmKernel kQ4_1 = make_kernel<QuantTile<Q4_1Traits>, kTileRows, kTile
 constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kIQ4_NL = make_kernel<QuantTile<IQ4_NLTraits>, kTileRows, kTileCols>();
 constexpr GemmKernel kMXFP4 = make_kernel<QuantTile<MXFP4Traits>, kTileRows, kTileCols>();
+constexpr GemmKernel kIQ4_XS = make_kernel<QuantTile<IQ4_XSTraits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ2_K = make_kernel<KQuantTile<K2Traits<BlockQ2_K>>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ3_K = make_kernel<KQuantTile<K2Traits<BlockQ3_K>>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ4_K =
@@ -514,6 +548,8 @@ const GemmKernel* gemm_kernel_avx2(DType w) {
       return &kIQ4_NL;
     case DType::MXFP4:
       return &kMXFP4;
+    case DType::IQ4_XS:
+      return &kIQ4_XS;
     default:
       return nullptr;
   }

@@ -218,6 +218,76 @@ struct Q5_1Traits {
   }
 };
 
+// The codebook types: the nibbles index their table with 128 added (vpshufb per 128-bit lane),
+// which makes the bytes unsigned with c = 128, as Q8_0's. MXFP4's scale is 2^(e - 128); an
+// IQ4_XS super-block is 8 blocks of 32 for the tile (pairs never straddle two).
+const int8_t kIq4nlBiased[16] = {1,    24,   45,   63,  79,  93,  106, 118,
+                                 -127, -115, -103, -90, -75, -59, -39, -15};  // v + 128 as bytes
+const int8_t kMxfp4Biased[16] = {-128, -127, -126, -125, -124, -122, -120, -116,
+                                 -128, 127,  126,  125,  124,  122,  120,  116};
+template <bool single>
+__m512i looked_up_pair(const int8_t* table, const uint8_t* qs0, const uint8_t* qs1) {
+  const __m512i t =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+  return _mm512_shuffle_epi8(t, unpack_nibbles_pair<single>(qs0, qs1));
+}
+float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+// Floats f0 and f1 over lanes 0..7 and 8..15.
+__m512 float_pair(float f0, float f1) {
+  return _mm512_insertf32x8(_mm512_set1_ps(f0), _mm256_set1_ps(f1), 1);
+}
+struct IQ4_NLTraits {
+  using WBlock = BlockIQ4_NL;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 128;
+  static constexpr bool has_min = false;
+  template <bool single>
+  static __m512i unpack(const WBlock* b) {
+    return looked_up_pair<single>(kIq4nlBiased, b[0].qs, single ? b[0].qs : b[1].qs);
+  }
+};
+struct MXFP4Traits {
+  using WBlock = BlockMXFP4;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 128;
+  static constexpr bool has_min = false;
+  template <bool single>
+  static __m512i unpack(const WBlock* b) {
+    return looked_up_pair<single>(kMxfp4Biased, b[0].qs, single ? b[0].qs : b[1].qs);
+  }
+  template <bool single>
+  static __m512 scales(const WBlock* b) {
+    return float_pair(e8m0_half(b[0].e), single ? 0.0f : e8m0_half(b[1].e));
+  }
+};
+struct IQ4_XSTraits {
+  using WBlock = BlockIQ4_XS;
+  using ABlock = BlockQ8_0;
+  static constexpr int offset = 128;
+  static constexpr bool has_min = false;
+  static float sub_scale(const WBlock& x, int ib) {
+    const int lo = (x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+    const int hi = (x.scales_h >> (2 * ib)) & 3;
+    return half_to_float(x.d) * float((lo | (hi << 4)) - 32);
+  }
+  template <bool single>
+  static __m512i unpack_at(const WBlock* row, int64_t b) {
+    const uint8_t* qs = row[b / 8].qs + 16 * (b % 8);
+    return looked_up_pair<single>(kIq4nlBiased, qs, single ? qs : qs + 16);
+  }
+  template <bool single>
+  static __m512 scales_at(const WBlock* row, int64_t b) {
+    const WBlock& x = row[b / 8];
+    const int ib = int(b % 8);
+    return float_pair(sub_scale(x, ib), single ? 0.0f : sub_scale(x, ib + 1));
+  }
+};
+
 // fp16 values h0 and h1 as floats over lanes 0..7 and 8..15.
 __m512 half_pair(uint16_t h0, uint16_t h1) {
   const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(uint32_t(h0) | uint32_t(h1) << 16)));
@@ -260,9 +330,21 @@ struct QuantTile {
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const WBlock* blocks = w[r] + b;
-      const __m512i q = T::template unpack<single>(blocks);
-      const __m512 dw = half_pair(blocks[0].d, single ? uint16_t(0) : blocks[1].d);
+      // The pair's bytes and weight scales: the type's own where it has them (MXFP4's
+      // exponents, IQ4_XS's blocks inside super-blocks), else fp16 d.
+      __m512i q;
+      __m512 dw;
+      if constexpr (requires { T::template unpack_at<single>(w[r], b); }) {
+        q = T::template unpack_at<single>(w[r], b);
+        dw = T::template scales_at<single>(w[r], b);
+      } else {
+        const WBlock* blocks = w[r] + b;
+        q = T::template unpack<single>(blocks);
+        if constexpr (requires { T::template scales<single>(blocks); })
+          dw = T::template scales<single>(blocks);
+        else
+          dw = half_pair(blocks[0].d, single ? uint16_t(0) : blocks[1].d);
+      }
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[c], q, aq[c]));
@@ -322,6 +404,9 @@ constexpr GemmKernel kQ8_0 = make_kernel<QuantTile<Q8_0Traits>, kTileRows, kTile
 constexpr GemmKernel kQ4_0 = make_kernel<QuantTile<Q4_0Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ5_0 = make_kernel<QuantTile<Q5_0Traits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ4_1 = make_kernel<QuantTile<Q4_1Traits>, kTileRows, kTileCols>();
+constexpr GemmKernel kIQ4_NL = make_kernel<QuantTile<IQ4_NLTraits>, kTileRows, kTileCols>();
+constexpr GemmKernel kMXFP4 = make_kernel<QuantTile<MXFP4Traits>, kTileRows, kTileCols>();
+constexpr GemmKernel kIQ4_XS = make_kernel<QuantTile<IQ4_XSTraits>, kTileRows, kTileCols>();
 constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTileCols>();
 
 }  // namespace
@@ -329,6 +414,7 @@ constexpr GemmKernel kQ5_1 = make_kernel<QuantTile<Q5_1Traits>, kTileRows, kTile
 const GemmKernel* gemm_kernel_avx512(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    POLYSTACK_CPU_TABLE_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return nullptr;
   }

@@ -14,8 +14,8 @@
 // ISA level is linked into another.
 #define POLYSTACK_CPU_WEIGHT_TYPES(X) X(F32) X(F16) X(BF16) X(Q8_0) X(Q4_0) X(Q5_0) X(Q4_1) X(Q5_1)
 // The 4-bit codebook types (core/dtype.h), dotted with Q8_0 activations (IQ4_XS per 32-element
-// sub-block): scalar and AVX2 (AVX-VNNI) row kernels, AVX2 tiles for IQ4_NL and MXFP4 (the
-// AVX-512 level uses these); no packed layout yet, and IQ4_XS prompts run on row dots.
+// sub-block): scalar, AVX2 (AVX-VNNI) and AVX-512 row kernels and prompt tiles by table lookup;
+// no packed layout yet.
 #define POLYSTACK_CPU_TABLE_TYPES(X) X(IQ4_NL) X(MXFP4) X(IQ4_XS)
 // The k-quants: scalar kernels (vec_dot_kquants.cpp), AVX2 for all of them
 // (vec_dot_kquants_avx2.cpp).

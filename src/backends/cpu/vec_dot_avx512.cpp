@@ -215,6 +215,32 @@ __m512 pair_scales(__m128 scales) {
 // The scales of four blocks are converted in one vector and spread with vpermps: fewer uops on
 // the shuffle port than four scalar conversions and broadcasts, and the 512-bit integer work
 // (inserts, broadcasts, masked shifts) already leans on that port.
+// The block scales d_w * d_a of blocks 0..3 (fp16 d, or MXFP4's exponent 2^(e - 128)), and
+// of one block.
+template <typename WBlock, typename ABlock>
+__m128 block_scales4(const WBlock* w, const ABlock* a) {
+  return half_products(w[0].d, w[1].d, w[2].d, w[3].d, a[0].d, a[1].d, a[2].d, a[3].d);
+}
+__m128 block_scales4(const BlockMXFP4* w, const BlockQ8_0* a) {
+  const __m128i e = _mm_setr_epi32(w[0].e, w[1].e, w[2].e, w[3].e);
+  const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+  const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+  const __m128i bits = _mm_blendv_epi8(normal, subnormal, _mm_cmplt_epi32(e, _mm_set1_epi32(2)));
+  const uint64_t ds =
+      uint64_t(a[0].d) | uint64_t(a[1].d) << 16 | uint64_t(a[2].d) << 32 | uint64_t(a[3].d) << 48;
+  return _mm_mul_ps(_mm_castsi128_ps(bits), _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(ds))));
+}
+template <typename WBlock, typename ABlock>
+float block_scale(const WBlock& w, const ABlock& a) {
+  return half_to_float(w.d) * half_to_float(a.d);
+}
+float block_scale(const BlockMXFP4& w, const BlockQ8_0& a) {
+  const uint32_t bits = w.e < 2 ? uint32_t(0x00200000) << w.e : uint32_t(w.e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  return d * half_to_float(a.d);
+}
+
 template <typename WBlock, typename ABlock, __m512i (*pair_dot)(const WBlock*, const ABlock*),
           __m256i (*block_dot)(const WBlock&, const ABlock&), bool has_offset>
 float dot_quant(int64_t n, const void* wv, const void* av) {
@@ -225,8 +251,7 @@ float dot_quant(int64_t n, const void* wv, const void* av) {
   __m128 offsets = _mm_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    const __m128 scales = half_products(w[b].d, w[b + 1].d, w[b + 2].d, w[b + 3].d, a[b].d,
-                                        a[b + 1].d, a[b + 2].d, a[b + 3].d);
+    const __m128 scales = block_scales4(w + b, a + b);
     acc0 =
         _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_dot(w + b, a + b)), pair_scales<0>(scales), acc0);
     acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_dot(w + b + 2, a + b + 2)),
@@ -239,7 +264,7 @@ float dot_quant(int64_t n, const void* wv, const void* av) {
   __m256 tail = _mm256_setzero_ps();
   float tail_offsets = 0;
   for (; b < nb; ++b) {
-    const float scale = half_to_float(w[b].d) * half_to_float(a[b].d);
+    const float scale = block_scale(w[b], a[b]);
     tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(w[b], a[b])), _mm256_set1_ps(scale), tail);
     if constexpr (has_offset) tail_offsets += half_to_float(w[b].m) * half_to_float(a[b].s);
   }
@@ -283,6 +308,73 @@ __m512i pair_q5_1(const BlockQ5_1* w, const BlockQ8_1* a) {
 }
 __m256i block_q5_1(const BlockQ5_1& w, const BlockQ8_1& a) {
   return dot_u8_i8(with_fifth_bits(unpack_nibbles(w.qs), w.qh), load_block(a.qs));
+}
+
+// The codebook types: the nibbles index a 16-byte table (vpshufb in each 128-bit lane), then
+// as Q8_0.
+__m512i codebook512(const int8_t* values) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+__m256i codebook256(const int8_t* values) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+__m512i pair_iq4_nl(const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  const __m512i q =
+      _mm512_shuffle_epi8(codebook512(kIq4nlValues), unpack_nibbles_pair(w[0].qs, w[1].qs));
+  return dot_i8_i8(q, load_pair(a[0].qs, a[1].qs));
+}
+__m256i block_iq4_nl(const BlockIQ4_NL& w, const BlockQ8_0& a) {
+  return dot_i8_i8(_mm256_shuffle_epi8(codebook256(kIq4nlValues), unpack_nibbles(w.qs)),
+                   load_block(a.qs));
+}
+__m512i pair_mxfp4(const BlockMXFP4* w, const BlockQ8_0* a) {
+  const __m512i q =
+      _mm512_shuffle_epi8(codebook512(kMxfp4Values), unpack_nibbles_pair(w[0].qs, w[1].qs));
+  return dot_i8_i8(q, load_pair(a[0].qs, a[1].qs));
+}
+__m256i block_mxfp4(const BlockMXFP4& w, const BlockQ8_0& a) {
+  return dot_i8_i8(_mm256_shuffle_epi8(codebook256(kMxfp4Values), unpack_nibbles(w.qs)),
+                   load_block(a.qs));
+}
+
+// IQ4_XS: a super-block's 8 sub-blocks as 4 pairs against activation blocks 8 b .. 8 b + 7;
+// the 8 scales (d * (l - 32)) * d_a made in one vector.
+float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
+  const auto* w = static_cast<const BlockIQ4_XS*>(wv);
+  const auto* a = static_cast<const BlockQ8_0*>(av);
+  const __m512i table = codebook512(kIq4nlValues);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const BlockQ8_0* ab = a + b * (QK_K / 32);
+    alignas(32) float ls[8];
+    alignas(16) uint16_t ad[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const int lo = (w[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+      const int hi = (w[b].scales_h >> (2 * ib)) & 3;
+      ls[ib] = float((lo | (hi << 4)) - 32);
+      ad[ib] = ab[ib].d;
+    }
+    const __m256 d = _mm256_set1_ps(half_to_float(w[b].d));
+    const __m256 scales =
+        _mm256_mul_ps(_mm256_mul_ps(d, _mm256_load_ps(ls)),
+                      _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ad))));
+    const __m512 sc = _mm512_castps256_ps512(scales);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i q =
+          _mm512_shuffle_epi8(table, unpack_nibbles_pair(w[b].qs + 32 * k, w[b].qs + 32 * k + 16));
+      const __m512i sums = dot_i8_i8(q, load_pair(ab[2 * k].qs, ab[2 * k + 1].qs));
+      const __m512i index = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                             2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k,
+                                             2 * k, 2 * k, 2 * k, 2 * k, 2 * k);
+      const __m512 pair = _mm512_permutexvar_ps(index, sc);
+      if (k % 2 == 0)
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), pair, acc0);
+      else
+        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), pair, acc1);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 // ---- activation quantization --------------------------------------------------------------
@@ -334,12 +426,18 @@ constexpr DotKernel kQ4_1{DType::Q8_1, kActQ8_1,
                           dot_quant<BlockQ4_1, BlockQ8_1, pair_q4_1, block_q4_1, true>};
 constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1,
                           dot_quant<BlockQ5_1, BlockQ8_1, pair_q5_1, block_q5_1, true>};
+constexpr DotKernel kIQ4_NL{DType::Q8_0, kActQ8_0,
+                            dot_quant<BlockIQ4_NL, BlockQ8_0, pair_iq4_nl, block_iq4_nl, false>};
+constexpr DotKernel kMXFP4{DType::Q8_0, kActQ8_0,
+                           dot_quant<BlockMXFP4, BlockQ8_0, pair_mxfp4, block_mxfp4, false>};
+constexpr DotKernel kIQ4_XS{DType::Q8_0, kActQ8_0, dot_iq4_xs};
 
 }  // namespace
 
 const DotKernel* dot_kernel_avx512(DType w) {
   switch (w) {
     POLYSTACK_CPU_WEIGHT_TYPES(POLYSTACK_CPU_KERNEL_CASE)
+    POLYSTACK_CPU_TABLE_TYPES(POLYSTACK_CPU_KERNEL_CASE)
     default:
       return nullptr;
   }
