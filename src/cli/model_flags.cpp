@@ -135,13 +135,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
       },
       "Shares of the layers per GPU in id order, like 3,1 (implies --split-mode layer)");
   cmd->add_flag_callback(
-      "--cpu-moe", [&f] { f.context.n_cpu_moe = 1 << 24; },
+      "--cpu-moe", [&f] { f.context.n_cpu_moe = LayerRequest::kAllLayers; },
       "Keep every layer's routed experts (a mixture of experts' ffn_*_exps) on the CPU, the rest "
       "of the layers where -ngl puts them");
   cmd->add_option("--n-cpu-moe", f.context.n_cpu_moe,
                   "Keep the routed experts of the first N layers on the CPU (default: with their "
                   "layers, or on the CPU first when -ngl auto cannot fit every layer whole)")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(CLI::Range(0, LayerRequest::kAllLayers - 1));
   cmd->add_option("--main-gpu", f.context.main_gpu,
                   "With --split-mode none: the GPU to use, an index into the GPUs that passed "
                   "their checks in id order (default: the best)")

@@ -161,17 +161,13 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
   return out;
 }
 
-namespace {
-// Why no GPU can run a mixture of experts' routed experts (the first layer's nodes asked of each),
-// or "" when they can or the model has none.
-std::string experts_unsupported(const LoadedModel& m, const ContextShape& shape,
-                                const std::vector<Device*>& gpus);
-}  // namespace
-
 PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
                           const std::vector<Device*>& devices, const ContextOptions& opts) {
   uint64_t compute = 0;
-  const std::vector<UnitCost> units = model_unit_costs(model, shape, *devices.back(), compute);
+  std::string experts_why;
+  const std::vector<UnitCost> units =
+      model_unit_costs(model, shape, *devices.back(), compute,
+                       std::vector<Device*>(devices.begin(), devices.end() - 1), &experts_why);
   std::vector<PlacementDevice> pdevs;
   for (const Device* d : devices) pdevs.push_back(placement_device(d->info()));
   LayerRequest req;
@@ -183,8 +179,7 @@ PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
   if (devices.size() > 1) req.tensor_split = opts.tensor_split;
   req.strict = opts.strict;
   req.n_cpu_moe = opts.n_cpu_moe;
-  req.experts_cpu_reason =
-      experts_unsupported(model, shape, std::vector<Device*>(devices.begin(), devices.end() - 1));
+  req.experts_cpu_reason = experts_why;
   return plan_placement(units, compute, pdevs, req);
 }
 
@@ -457,26 +452,11 @@ Tensor* measure_forward(const LoadedModel& m, Graph& g, std::span<const int32_t>
   return m.model->build_graph(g, in);
 }
 
-std::string experts_unsupported(const LoadedModel& m, const ContextShape& shape,
-                                const std::vector<Device*>& gpus) {
-  if (gpus.empty() || m.model->params().n_expert == 0) return {};
-  const std::vector<int32_t> tokens(size_t(std::min(shape.n_batch, shape.n_ctx)), 0);
-  Graph g;
-  std::vector<int32_t> pos;
-  measure_forward(m, g, tokens, pos, 0, shape.n_ctx, shape.n_batch);
-  for (const Device* d : gpus)
-    for (const Tensor* n : g.nodes())
-      if (n->experts && n->layer == 0)
-        if (std::string why = d->unsupported_reason(*n); !why.empty())
-          return fmt::format("{} cannot run the routed experts ({}: {})", d->info().id,
-                             op_name(n->op), why);
-  return {};
-}
-
 }  // namespace
 
 std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape& shape, Device& cpu,
-                                       uint64_t& compute) {
+                                       uint64_t& compute, const std::vector<Device*>& gpus,
+                                       std::string* experts_why) {
   const ModelParams& p = m.model->params();
   const int n_ctx = shape.n_ctx;
   const int T = std::min(shape.n_batch, n_ctx);
@@ -484,6 +464,15 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape&
   Graph g;
   std::vector<int32_t> pos;
   Tensor* logits = measure_forward(m, g, tokens, pos, n_ctx - T, n_ctx, shape.n_batch);
+  if (experts_why) {
+    experts_why->clear();
+    for (const Device* d : gpus)
+      for (const Tensor* n : g.nodes())
+        if (experts_why->empty() && n->experts && n->layer == 0)
+          if (std::string why = d->unsupported_reason(*n); !why.empty())
+            *experts_why = fmt::format("{} cannot run the routed experts ({}: {})", d->info().id,
+                                       op_name(n->op), why);
+  }
   const int n_units = int(p.n_layer) + 2;
   std::vector<UnitCost> units(static_cast<size_t>(n_units));
   // Each weight counts for every unit whose nodes read it (a view for the tensor it views); the

@@ -103,9 +103,12 @@ ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptio
 
 // What each unit of the model ([input, layers, output]) costs with the KV pool of `shape`, and
 // (compute) the intermediate tensors a device needs to run a prompt batch at the end of a
-// sequence's context, measured by planning the graph on the CPU device.
+// sequence's context, measured by planning the graph on the CPU device. With experts_why, also
+// why none of `gpus` can run a mixture of experts' routed experts (the first layer's nodes
+// asked of each; "" when they can or the model has none), from the same graph.
 std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape& shape, Device& cpu,
-                                       uint64_t& compute);
+                                       uint64_t& compute, const std::vector<Device*>& gpus = {},
+                                       std::string* experts_why = nullptr);
 
 // A device as the placement plan sees it: its free memory (else its total), capped by
 // POLYSTACK_DEVICE_MEMORY.

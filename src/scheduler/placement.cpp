@@ -117,14 +117,11 @@ std::string PlacementPlan::units_text(int device) const {
   int count = 0;
   for (int u = 0; u < n; ++u) count += unit_device[size_t(u)] == device;
   // The CPU also runs the routed experts its GPUs' layers leave to it.
-  std::string experts;
-  if (device == int(devices.size()) - 1 && !experts_on_cpu.empty())
-    if (const std::string e = experts_text(); !e.empty())
-      experts = fmt::format("the routed experts of {}", e);
-  if (count == n)
-    return device != int(devices.size()) - 1 && !experts_on_cpu.empty() && !experts_text().empty()
-               ? "everything but routed experts"
-               : "everything";
+  const bool cpu = device == int(devices.size()) - 1;
+  const std::string apart = experts_on_cpu.empty() ? std::string() : experts_text();
+  const std::string experts =
+      cpu && !apart.empty() ? fmt::format("the routed experts of {}", apart) : std::string();
+  if (count == n) return !cpu && !apart.empty() ? "everything but routed experts" : "everything";
   if (count == 0) return experts.empty() ? "nothing" : experts;
   if (unit_device[0] == device) parts.push_back("input");
   for (int u = 1; u + 1 < n; ++u) {
@@ -236,8 +233,9 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
       plan.experts_note = req.experts_cpu_reason;
     } else if (req.n_cpu_moe >= 0) {
       for (int u = 1; u + 1 < n && u <= req.n_cpu_moe; ++u) apart[size_t(u)] = true;
-      plan.experts_note =
-          req.n_cpu_moe >= L ? "--cpu-moe" : fmt::format("--n-cpu-moe {}", req.n_cpu_moe);
+      plan.experts_note = req.n_cpu_moe == LayerRequest::kAllLayers
+                              ? std::string("--cpu-moe")
+                              : fmt::format("--n-cpu-moe {}", req.n_cpu_moe);
     }
   }
   const auto over = [&](const std::vector<int>& ud, int d) {

@@ -42,7 +42,8 @@ struct LayerRequest {
   // Routed experts: -1 lets them follow their layer, except that auto fit keeps them on the CPU
   // first when the GPUs cannot hold every unit whole (attention and the shared weights gain
   // more from a GPU, and only a few experts run per token); N >= 0 keeps those of the first N
-  // layers on the CPU (llama.cpp's --n-cpu-moe; --cpu-moe is every layer).
+  // layers on the CPU (llama.cpp's --n-cpu-moe); kAllLayers: every layer's (--cpu-moe).
+  static constexpr int kAllLayers = 1 << 24;
   int n_cpu_moe = -1;
   // Non-empty: no GPU can run the experts (why, for the summary); they all stay on the CPU.
   std::string experts_cpu_reason;

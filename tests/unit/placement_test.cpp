@@ -315,7 +315,12 @@ TEST(PlacementExperts, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
   EXPECT_EQ(where(p), "cpu g g g g cpu");
   EXPECT_EQ(apart(p), "0 1 2");
   EXPECT_EQ(p.experts_note, "--n-cpu-moe 3");
-  r.n_cpu_moe = 1 << 24;  // --cpu-moe
+  // --n-cpu-moe beyond the layers keeps all of them and says what was asked.
+  r.n_cpu_moe = 9;
+  p = plan_placement(units, MiB, devs, r);
+  EXPECT_EQ(apart(p), "0 1 2 3");
+  EXPECT_EQ(p.experts_note, "--n-cpu-moe 9");
+  r.n_cpu_moe = LayerRequest::kAllLayers;  // --cpu-moe
   p = plan_placement(units, MiB, devs, r);
   EXPECT_EQ(apart(p), "0 1 2 3");
   EXPECT_EQ(p.experts_note, "--cpu-moe");

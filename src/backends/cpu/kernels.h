@@ -37,7 +37,7 @@ struct Context {
   RopeTable rope;
   // matmul_id's grouping of (slot, token) pairs by expert and its gathered activations and
   // products (matmul itself uses `scratch`).
-  std::vector<int64_t> expert_order, expert_first;
+  std::vector<int64_t> expert_order, expert_first, expert_next;
   std::vector<float> gather_x, gather_y;
   void* scratch_bytes(size_t n) {
     if (scratch.size() < n) scratch.resize(n);

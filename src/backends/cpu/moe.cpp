@@ -127,11 +127,10 @@ void matmul_id(Context& ctx, Tensor& node) {
     for (int64_t j = 0; j < k; ++j) ++first[size_t(i32_row(ids, t)[j]) + 1];
   for (int64_t e = 0; e < E; ++e) first[size_t(e) + 1] += first[size_t(e)];
   order.resize(size_t(k * T));
-  {
-    std::vector<int64_t> next(first.begin(), first.end() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < k; ++j) order[size_t(next[size_t(i32_row(ids, t)[j])]++)] = j + k * t;
-  }
+  auto& next = ctx.expert_next;
+  next.assign(first.begin(), first.end() - 1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) order[size_t(next[size_t(i32_row(ids, t)[j])]++)] = j + k * t;
 
   for (int64_t e = 0; e < E; ++e) {
     const int64_t begin = first[size_t(e)], m = first[size_t(e) + 1] - begin;
