@@ -80,7 +80,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-SUPPORTED_DTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+SUPPORTED_DTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4"]
 
 FILE_TYPE = {
     "F32": gguf.LlamaFileType.ALL_F32,
@@ -91,6 +91,7 @@ FILE_TYPE = {
     "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
     "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
     "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+    "MXFP4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE,
 }
 
 PRESETS = {

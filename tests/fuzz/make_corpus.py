@@ -45,6 +45,11 @@ MODELS = [
      + SMALL),
     ("mixtral.gguf", ["--arch", "llama", "--experts", "3", "--experts-used", "2",
                       "--routing", "random"] + SMALL),
+    # MXFP4 weights (17-byte blocks) and YaRN scaling.
+    ("qwen3moe-mxfp4-yarn.gguf", ["--arch", "qwen3moe", "--experts", "4", "--experts-used", "2",
+                                  "--expert-ff", "32", "--routing", "random", "--rope-scaling",
+                                  "yarn", "--rope-scale-factor", "4", "--original-context", "16"]
+     + WIDE + ["--dtype", "MXFP4"]),
 ]
 
 
