@@ -77,7 +77,7 @@ TEST(QuantizeRules, CodebookMixes) {
   EXPECT_EQ(choose_type(*find_quant_mix("IQ4_XS"), narrow, &why), DType::IQ4_NL);
   EXPECT_NE(why.find("using IQ4_NL"), std::string::npos) << why;
 
-  const QuantMix& mx = *find_quant_mix("mxfp4_moe");
+  const QuantMix mx = *find_quant_mix("mxfp4_moe");  // a copy: the optional is a temporary
   EXPECT_EQ(mx.file_type, 38u);
   TensorRole experts{"blk.1.ffn_up_exps.weight", {3072, 768, 32}};
   experts.layer = 1;
