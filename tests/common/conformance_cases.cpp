@@ -206,10 +206,10 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     Tensor* ids = c.int_leaf("ids", {270000, 0, 123457, 7, 270000, 200001, 98000});
     c.out = c.graph.get_rows(table, ids);
   });
-  // The k-quants: super-blocks of 256.
-  const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  for (DType t : kquant_types) {
-    for (int64_t k : {256, 256 * 3}) {
+  // Quantized matmuls at two row lengths, decode and prompts: the k-quants (super-blocks of
+  // 256) and the 4-bit codebook types (IQ4_XS in super-blocks of 256).
+  const auto quantized_matmuls = [&](DType t, int64_t k_short, int64_t k_long) {
+    for (int64_t k : {k_short, k_long}) {
       for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
         builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
                               [=](Case& c, std::mt19937& rng) {
@@ -220,22 +220,13 @@ std::vector<std::unique_ptr<Case>> all_cases() {
                               });
       }
     }
-  }
-  // The 4-bit codebook types (IQ4_XS in super-blocks of 256).
+  };
+  const DType kquant_types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  for (DType t : kquant_types) quantized_matmuls(t, 256, 256 * 3);
   const DType codebook_types[] = {DType::IQ4_NL, DType::MXFP4, DType::IQ4_XS};
   for (DType t : codebook_types) {
     const bool xs = t == DType::IQ4_XS;
-    for (int64_t k : {xs ? 256 : 64, xs ? 768 : 192}) {
-      for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {33, 6}, {5, 70}}) {
-        builders.emplace_back(fmt::format("matmul {} K={} N={} M={}", dtype_name(t), k, n, m),
-                              [=](Case& c, std::mt19937& rng) {
-                                Tensor* w = c.random_leaf("w", t, {k, n, 1, 1}, rng);
-                                Tensor* x = c.random_leaf("x", DType::F32, {k, m, 1, 1}, rng);
-                                c.out = c.graph.matmul(w, x);
-                                c.tolerance = 2e-2;
-                              });
-      }
-    }
+    quantized_matmuls(t, xs ? 256 : 64, xs ? 768 : 192);
     builders.emplace_back(
         fmt::format("get_rows {}", dtype_name(t)), [=](Case& c, std::mt19937& rng) {
           Tensor* table = c.random_leaf("table", t, {xs ? 512 : 64, 11, 1, 1}, rng);

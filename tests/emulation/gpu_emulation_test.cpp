@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "backend/registry.h"
 #include "backends/cpu/cpu_backend.h"
@@ -239,10 +241,11 @@ TEST(GpuEmulation, ModelFamiliesMatchTheCpuBackend) {
     auto loaded = LoadedModel::load(path);
     const std::vector<int32_t> prompt = {1, 300, 17, 420, 5, 99, 260, 301, 45};
     const std::vector<int32_t> steps = {77, 512};
-    auto logits = [&](const std::string& device, int n_gpu_layers) {
+    auto logits = [&](const std::string& device, int n_gpu_layers, int n_cpu_moe = -1) {
       ContextOptions o;
       o.device = device;
       o.n_gpu_layers = n_gpu_layers;
+      o.n_cpu_moe = n_cpu_moe;
       o.strict = true;
       o.self_check = false;
       o.n_ctx = n_ctx;
@@ -256,22 +259,32 @@ TEST(GpuEmulation, ModelFamiliesMatchTheCpuBackend) {
       return all;
     };
     const std::vector<float> want = logits("cpu", -1);
-    for (int ngl : {-1, 1}) {
-      const std::vector<float> got = logits("cuda:0", ngl);
+    // Every layer on the GPU, the last one only, and for a mixture of experts every layer on
+    // the GPU with the routed experts on the CPU (--cpu-moe) and the first layer's (--n-cpu-moe
+    // 1).
+    std::vector<std::pair<int, int>> splits = {{-1, -1}, {1, -1}};
+    if (loaded->model->params().n_expert > 0) {
+      splits.emplace_back(-1, LayerRequest::kAllLayers);
+      splits.emplace_back(-1, 1);
+    }
+    for (auto [ngl, n_cpu_moe] : splits) {
+      const std::vector<float> got = logits("cuda:0", ngl, n_cpu_moe);
       ASSERT_EQ(got.size(), want.size());
       double scale = 0, err = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         scale = std::max(scale, std::fabs(double(want[i])));
         err = std::max(err, std::fabs(double(got[i]) - want[i]));
       }
-      std::printf("%s (%s), -c %d -ngl %d: max |emulated - cpu| / max |cpu| = %.2e\n",
-                  std::filesystem::path(path).filename().c_str(),
-                  loaded->model->params().architecture.c_str(), n_ctx, ngl, err / scale);
-      EXPECT_LT(err / scale, 1e-3) << path << " -ngl " << ngl;
+      std::printf(
+          "%s (%s), -c %d -ngl %d --n-cpu-moe %d: max |emulated - cpu| / max |cpu| = "
+          "%.2e\n",
+          std::filesystem::path(path).filename().c_str(),
+          loaded->model->params().architecture.c_str(), n_ctx, ngl, n_cpu_moe, err / scale);
+      EXPECT_LT(err / scale, 1e-3) << path << " -ngl " << ngl << " --n-cpu-moe " << n_cpu_moe;
     }
     ++checked;
   }
-  EXPECT_GE(checked, 4);
+  EXPECT_GE(checked, 6);
 }
 
 }  // namespace

@@ -217,6 +217,14 @@ Reference reference(DType t, const std::vector<uint8_t>& w, const std::vector<ui
   return r;
 }
 
+// A weight row of n elements: random blocks, or Gaussian values quantized.
+std::vector<uint8_t> weight_row(DType t, int64_t n, bool raw, std::mt19937& rng) {
+  if (raw) return raw_blocks(t, n, rng);
+  std::vector<uint8_t> w(row_bytes(t, n));
+  quantize_row(t, gaussian(n, rng).data(), w.data(), n);
+  return w;
+}
+
 std::vector<int64_t> lengths(DType t) {
   if (block_size(t) == QK_K) return {256, 512, 768, 256 * 5, 256 * 17};
   return {32, 64, 96, 192, 32 * 7, 32 * 33, 4096 + 32};
@@ -231,13 +239,7 @@ TEST(CodebookDots, ScalarMatchesTheDequantizedReference) {
       for (bool raw : {false, true}) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " n=" + std::to_string(n) +
                      (raw ? " random blocks" : " quantized floats"));
-        std::vector<uint8_t> w;
-        if (raw) {
-          w = raw_blocks(t, n, rng);
-        } else {
-          w.resize(row_bytes(t, n));
-          quantize_row(t, gaussian(n, rng).data(), w.data(), n);
-        }
+        const std::vector<uint8_t> w = weight_row(t, n, raw, rng);
         std::vector<uint8_t> a(row_bytes(DType::Q8_0, n));
         k.act_from_f32(gaussian(n, rng).data(), a.data(), n);
         const Reference ref = reference(t, w, a, n);
@@ -255,8 +257,8 @@ class CodebookDotLevels : public ::testing::TestWithParam<IsaLevel> {
   }
 };
 
-// The level's kernel as the dispatch picks it (AVX-512 takes the AVX2 ones for these types), on
-// rows that end at a guard page: it matches the scalar kernel and reads only the row.
+// The level's kernel as the dispatch picks it, on rows that end at a guard page: it matches the
+// scalar kernel and reads only the row.
 TEST_P(CodebookDotLevels, MatchScalarAndReadOnlyTheRow) {
   std::mt19937 rng(22 + int(GetParam()));
   std::printf("[ level    ] %s\n", std::string(isa_level_name(GetParam())).c_str());
@@ -269,13 +271,7 @@ TEST_P(CodebookDotLevels, MatchScalarAndReadOnlyTheRow) {
     for (int64_t n : lengths(t))
       for (bool raw : {false, true}) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " n=" + std::to_string(n));
-        std::vector<uint8_t> w;
-        if (raw) {
-          w = raw_blocks(t, n, rng);
-        } else {
-          w.resize(row_bytes(t, n));
-          quantize_row(t, gaussian(n, rng).data(), w.data(), n);
-        }
+        const std::vector<uint8_t> w = weight_row(t, n, raw, rng);
         std::vector<uint8_t> a(row_bytes(DType::Q8_0, n));
         const std::vector<float> x = gaussian(n, rng);
         scalar.act_from_f32(x.data(), a.data(), n);
