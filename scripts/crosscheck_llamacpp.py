@@ -73,6 +73,8 @@ class Case:
     # probabilities along llama.cpp's own tokens within 0.2 of llama.cpp's (Q4_0, an old type,
     # shows the same gaps), and the token counts are information.
     quantize: str = ""
+    # Whether polystack runs the architecture yet (else only the reference meets llama.cpp).
+    polystack_runs: bool = True
 
 
 def _no_rope_factors(m: llama_ref.RefModel) -> None:
@@ -123,6 +125,12 @@ def _no_shared_expert(m: llama_ref.RefModel) -> None:
 
 def _no_yarn(m: llama_ref.RefModel) -> None:
     m.hp.yarn = None
+
+
+def _no_sinks(m: llama_ref.RefModel) -> None:
+    for layer in range(m.hp.n_layer):
+        name = f"blk.{layer}.attn_sinks.weight"
+        m._cache[name] = np.full_like(m.weight(name), -np.inf)
 
 
 def cases() -> list[Case]:
@@ -176,6 +184,15 @@ def cases() -> list[Case]:
              note="llama.cpp reads rope.scaling.yarn_beta_* and yarn_log_multiplier only for the "
                   "architectures whose converters write them (not qwen3): it runs the defaults, "
                   "the reference and polystack what the file says"),
+        # gpt-oss (reference only until polystack runs it): biases, attention sinks, the even
+        # layers sliding over 8 positions, router and expert biases, swiglu_oai; with YaRN.
+        Case("gpt_oss", P(arch="gpt-oss", seed=37, head_dim_override=32, sliding_window=8,
+                          n_expert=8, n_expert_used=2), ablation=("without sinks", _no_sinks),
+             polystack_runs=False),
+        Case("gpt_oss_yarn", P(arch="gpt-oss", seed=38, head_dim_override=32, sliding_window=8,
+                               n_expert=8, n_expert_used=2, rope_scaling="yarn",
+                               rope_scale_factor=8.0, original_context=64,
+                               rope_freq_base=1000.0), polystack_runs=False),
         # The codebook types as polystack's quantize writes them (rows of 256 for IQ4_XS), and
         # Q4_0 for the size of the gaps that 8-bit activations make.
         Case("qwen3moe_q4_0", P(arch="qwen3moe", seed=36, head_dim_override=32, n_expert=8,
@@ -401,7 +418,7 @@ def main() -> int:
                              len(ours))
                 line += (f"; sensitivity: reference {what} agrees with itself on {n_abl}/"
                          f"{len(ours)}")
-            if a.polystack:
+            if a.polystack and c.polystack_runs:
                 try:
                     mine = polystack_greedy(a.polystack, model, c.ctx, prompt, a.n_predict, eos,
                                             c.params.n_vocab, a.threads, work)

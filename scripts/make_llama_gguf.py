@@ -53,6 +53,14 @@ attention.sliding_window (--sliding-window, 0 = none) are always written, as the
 ramps, long > short) and rope.scaling.attn_factor, by default the converter's
 sqrt(1 + ln(ctx / original) / ln(original)) (1 when ctx <= original); --rope-attn-factor sets it,
 --no-rope-attn-factor leaves the key out (llama.cpp then uses 1).
+--arch gpt-oss (OpenAI's gpt-oss as llama.cpp's converter writes it): Q/K/V and attn_output
+with biases, attn_sinks (one logit per query head), post_attention_norm as the feed-forward's
+input norm (no ffn_norm), a head size of its own (attention.key_length, 32 with the tiny
+preset), attention.sliding_window (--sliding-window, default 8) on the even layers; experts
+(default 8, 2 used, 64 wide) whose router and gate/up/down projections carry biases
+(ffn_gate_inp.bias [E], ffn_{gate,up}_exps.bias [E, n_ff_exp], ffn_down_exps.bias [E, n_embd]).
+Its decisive routing also zeroes the first E entries of attn_output.bias and of the down
+biases, and keeps the router bias small (0.05 times the level spacing at most).
 --rope-scaling yarn (any architecture) writes YaRN scaling: rope.scaling.type "yarn", .factor
 (--rope-scale-factor), .original_context_length (--original-context, default the context length),
 and where given .yarn_ext_factor, .yarn_beta_fast, .yarn_beta_slow, .yarn_log_multiplier
@@ -100,10 +108,10 @@ PRESETS = {
         n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
     ),
 }
-ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe"]
+ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss"]
 # written by tensor_specs_new_arch
-NEW_ARCHITECTURES = ("qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
-MOE_ARCHITECTURES = ("qwen2moe", "qwen3moe")
+NEW_ARCHITECTURES = ("qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss")
+MOE_ARCHITECTURES = ("qwen2moe", "qwen3moe", "gpt-oss")
 QWEN3_TINY_HEAD_DIM = 32  # the tiny preset's qwen3 head size (n_embd 64 / 4 heads would be 16)
 
 N_SPECIAL = 3  # <unk>, <s>, </s>
@@ -275,6 +283,13 @@ def make_routing_decisive(p: ModelParams, specs: list[TensorSpec]) -> None:
     def no_write(v, rng):
         v[..., :E, :] = 0.0
 
+    def no_write_bias(v, rng):
+        v[..., :E] = 0.0
+
+    def small_bias(v, rng):
+        # Below the routing levels' spacing (0.5 * router_scale before the norm's gain).
+        v *= np.float32(0.05 * 0.5 * p.router_scale) / max(float(np.abs(v).max()), 1e-30)
+
     def router(v, rng):
         v[...] = 0.0
         v[:, :E] = np.eye(E, dtype=np.float32) * np.float32(p.router_scale)
@@ -287,6 +302,10 @@ def make_routing_decisive(p: ModelParams, specs: list[TensorSpec]) -> None:
             wrap(spec, no_write)
         elif spec.name.endswith("ffn_gate_inp.weight"):
             wrap(spec, router)
+        elif spec.name.endswith(("attn_output.bias", "ffn_down_exps.bias")):
+            wrap(spec, no_write_bias)
+        elif spec.name.endswith("ffn_gate_inp.bias"):
+            wrap(spec, small_bias)
 
 
 def tensor_specs(p: ModelParams) -> list[TensorSpec]:
@@ -334,6 +353,16 @@ def expert_specs(p: ModelParams, b: str, wtype: QT) -> list[TensorSpec]:
         TensorSpec(b + "ffn_down_exps.weight", (E, p.n_embd, ff), wtype,
                    _normal((E, p.n_embd, ff), 1.0 / np.sqrt(ff))),
     ]
+    if p.arch == "gpt-oss":
+        # Biases after the router and after each expert's projections (inserted after their
+        # weights, as the converter orders them).
+        specs.insert(1, TensorSpec(b + "ffn_gate_inp.bias", (E,), QT.F32, _normal((E,), 0.5)))
+        specs += [
+            TensorSpec(b + "ffn_gate_exps.bias", (E, ff), QT.F32, _normal((E, ff), 0.3)),
+            TensorSpec(b + "ffn_up_exps.bias", (E, ff), QT.F32, _normal((E, ff), 0.3)),
+            TensorSpec(b + "ffn_down_exps.bias", (E, p.n_embd), QT.F32,
+                       _normal((E, p.n_embd), 0.3)),
+        ]
     if p.arch == "qwen2moe":
         sh = p.n_ff_shexp
         specs += [
@@ -375,7 +404,7 @@ def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
             for name, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
                 specs.append(TensorSpec(b + name + ".weight", (rows, p.n_embd), wtype,
                                         _proj(rows, p.n_embd)))
-                if p.arch in ("qwen2", "qwen2moe"):
+                if p.arch in ("qwen2", "qwen2moe", "gpt-oss"):
                     # Biases of the size of the projections' outputs: they move every score.
                     specs.append(TensorSpec(b + name + ".bias", (rows,), QT.F32,
                                             _normal((rows,), 0.5)))
@@ -384,10 +413,20 @@ def tensor_specs_new_arch(p: ModelParams) -> list[TensorSpec]:
                 TensorSpec(b + "attn_q_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
                 TensorSpec(b + "attn_k_norm.weight", (hd,), QT.F32, _norm_weight(hd)),
             ]
-        specs += [
-            TensorSpec(b + "attn_output.weight", (p.n_embd, q_dim), wtype, _proj(p.n_embd, q_dim)),
-            TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32, _norm_weight(p.n_embd)),
-        ]
+        specs.append(TensorSpec(b + "attn_output.weight", (p.n_embd, q_dim), wtype,
+                                _proj(p.n_embd, q_dim)))
+        if p.arch == "gpt-oss":
+            specs += [
+                TensorSpec(b + "attn_output.bias", (p.n_embd,), QT.F32, _normal((p.n_embd,), 0.3)),
+                # One logit per query head beside the scores: of their size, so that the sink
+                # takes a real share of the softmax.
+                TensorSpec(b + "attn_sinks.weight", (p.n_head,), QT.F32, _normal((p.n_head,), 1.0)),
+                TensorSpec(b + "post_attention_norm.weight", (p.n_embd,), QT.F32,
+                           _norm_weight(p.n_embd)),
+            ]
+        else:
+            specs.append(TensorSpec(b + "ffn_norm.weight", (p.n_embd,), QT.F32,
+                                    _norm_weight(p.n_embd)))
         if p.arch in MOE_ARCHITECTURES:
             specs += expert_specs(p, b, wtype)
             continue
@@ -502,7 +541,9 @@ def check_params(p: ModelParams) -> None:
     if p.arch in NEW_ARCHITECTURES and (p.swa_pattern or p.rope_freq_base_swa):
         raise ValueError("--swa-pattern and --rope-freq-base-swa are for gemma3")
     if p.arch in ("qwen2", "qwen3", "qwen2moe", "qwen3moe") and p.sliding_window:
-        raise ValueError("--sliding-window is for gemma3 and phi3")
+        raise ValueError("--sliding-window is for gemma3, phi3 and gpt-oss")
+    if p.arch == "gpt-oss" and p.sliding_window < 1:
+        raise ValueError("gpt-oss needs a sliding window")
     if p.rope_freqs not in ("none", "llama3"):
         raise ValueError("rope freqs must be none or llama3")
     if p.rope_freqs != "none" and p.arch != "llama":
@@ -540,7 +581,7 @@ def check_params(p: ModelParams) -> None:
     if p.rope_scaling not in ("none", "linear", "yarn"):
         raise ValueError("rope scaling must be none, linear or yarn")
     if p.n_expert and p.arch not in ("llama",) + MOE_ARCHITECTURES:
-        raise ValueError("--experts is for llama (Mixtral), qwen2moe and qwen3moe")
+        raise ValueError("--experts is for llama (Mixtral), qwen2moe, qwen3moe and gpt-oss")
     if p.n_expert and not 1 <= p.n_expert_used <= p.n_expert:
         raise ValueError("--experts-used must be between 1 and --experts")
     if p.n_expert and p.routing == "decisive" and (p.n_expert > p.n_embd or p.tied):
@@ -575,9 +616,11 @@ def write_new_arch_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None:
     writer.add_head_count_kv(p.n_head_kv)
     writer.add_rope_freq_base(p.rope_freq_base)
     writer.add_layer_norm_rms_eps(p.rms_eps)
-    if p.arch in ("qwen3", "qwen3moe"):
+    if p.arch in ("qwen3", "qwen3moe", "gpt-oss"):
         writer.add_key_length(p.head_dim)
         writer.add_value_length(p.head_dim)
+    if p.arch == "gpt-oss":
+        writer.add_sliding_window(p.sliding_window)
     write_expert_metadata(writer, p)
     if p.arch == "phi3":
         writer.add_rope_dimension_count(p.n_rot)
@@ -709,8 +752,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
                     rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
                     rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name,
                     **gemma3_options(a))
-    if p.arch in ("qwen3", "qwen3moe") and a.head_dim is None and a.preset == "tiny":
+    if p.arch in ("qwen3", "qwen3moe", "gpt-oss") and a.head_dim is None and a.preset == "tiny":
         p.head_dim_override = QWEN3_TINY_HEAD_DIM
+    if p.arch == "gpt-oss" and not a.sliding_window:
+        p.sliding_window = 8
     return a.out, p
 
 

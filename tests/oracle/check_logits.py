@@ -140,8 +140,10 @@ def synthetic_params(args) -> make_llama_gguf.ModelParams:
         tied=args.tied, rope_scaling=args.rope_scaling, rope_scale_factor=args.rope_scale_factor,
         rope_freq_base=args.rope_freq_base, seed=args.seed,
         **make_llama_gguf.gemma3_options(args))
-    if p.arch in ("qwen3", "qwen3moe") and args.head_dim is None:
+    if p.arch in ("qwen3", "qwen3moe", "gpt-oss") and args.head_dim is None:
         p.head_dim_override = make_llama_gguf.QWEN3_TINY_HEAD_DIM
+    if p.arch == "gpt-oss" and not args.sliding_window:
+        p.sliding_window = 8
     return p
 
 

@@ -46,6 +46,17 @@ to 32, beta_slow to 1 (rope.scaling.yarn_*); with ext_factor 0 the angle is thet
 multiplier rope.scaling.yarn_attn_factor times attn_factor.
 and for the mixtures of experts (llama with expert_count: Mixtral; qwen2moe; qwen3moe), whose
 feed-forward is llama.cpp's build_moe_ffn: see moe_ffn;
+and for gpt-oss (OpenAI's gpt-oss as llama.cpp runs it, src/models/openai-moe.cpp):
+  - Q, K, V and attn_output have biases; RoPE in NEOX mode (YaRN where the file says so, on
+    every layer); queries scaled by 1/sqrt(head_dim);
+  - attention sinks: head h's softmax has one more logit, attn_sinks[h], which takes its share
+    of the weights and adds no value;
+  - the even layers attend over the sliding window (attention.sliding_window), with
+    rope.freq_base_swa (default rope.freq_base); the odd ones over everything;
+  - the feed-forward's input norm is post_attention_norm; its router adds ffn_gate_inp.bias,
+    picks the top k of the biased logits and weighs them by a softmax over the k chosen; each
+    expert adds its biases after the gate, up and down projections and joins gate g and up u
+    as min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1) (ggml's swiglu_oai);
 and for qwen2 / qwen3 / phi3 GGUF files (Hugging Face's Qwen2/Qwen3/Phi3 modeling, with
 llama.cpp's GGUF layout):
   - RoPE in NEOX mode for all three (llama.cpp's llama_model_rope_type; HF's rotate_half);
@@ -86,8 +97,8 @@ from gguf import GGMLQuantizationType as QT
 # a backend that rounds activations (to F16, BF16 or 8-bit blocks) may differ.
 MatmulInputRounding = Callable[[np.ndarray, QT], np.ndarray]
 
-ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
-NEOX_ARCHITECTURES = ("gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe")
+ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss")
+NEOX_ARCHITECTURES = ("gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss")
 
 
 @dataclass
@@ -173,7 +184,12 @@ class RefModel:
         hp.n_expert = int(self.field(f"{a}.expert_count", 0))
         if hp.n_expert:
             hp.n_expert_used = int(self.field(f"{a}.expert_used_count"))
-            hp.expert_norm = arch != "qwen2moe"
+            hp.expert_norm = arch not in ("qwen2moe", "gpt-oss")
+        if arch == "gpt-oss":
+            hp.sliding_window = int(self.field("gpt-oss.attention.sliding_window"))
+            hp.sliding_layers = [layer % 2 == 0 for layer in range(n_layer)]
+            hp.rope_freq_base_swa = float(self.field("gpt-oss.rope.freq_base_swa",
+                                                     hp.rope_freq_base))
         hp.n_ctx = int(n_ctx) if n_ctx else int(self.field(f"{a}.context_length", 0))
         hp.rope_attn_factor = float(self.field(f"{a}.rope.scaling.attn_factor", 1.0))
         if self.field(f"{a}.rope.scaling.type", "none") == "yarn":
@@ -331,11 +347,16 @@ def moe_ffn(h: np.ndarray, b: str, m: "RefModel", matmul, trace: RoutingTrace | 
     times sigmoid(ffn_gate_inp_shexp . h)."""
     hp = m.hp
     k = hp.n_expert_used
+    oai = hp.arch == "gpt-oss"
     z = matmul(h, b + "ffn_gate_inp.weight")  # [n, E]
+    if oai:
+        z = z + m.weight(b + "ffn_gate_inp.bias")
     order = np.argsort(-z, axis=-1, kind="stable")
     chosen = order[:, :k]
-    probs = softmax(z)
-    w = np.take_along_axis(probs, chosen, axis=-1)
+    if oai:  # a softmax over the chosen logits
+        w = softmax(np.take_along_axis(z, chosen, axis=-1))
+    else:
+        w = np.take_along_axis(softmax(z), chosen, axis=-1)
     if hp.expert_norm:
         w = w / w.sum(axis=-1, keepdims=True)
     if trace is not None:
@@ -345,6 +366,8 @@ def moe_ffn(h: np.ndarray, b: str, m: "RefModel", matmul, trace: RoutingTrace | 
             zs = np.take_along_axis(z, order, axis=-1)
             trace.margin = min(trace.margin, float((zs[:, k - 1] - zs[:, k]).min()))
     gate, up, down = (m.weight(b + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+    if oai:
+        bg, bu, bd = (m.weight(b + f"ffn_{n}_exps.bias") for n in ("gate", "up", "down"))
     out = np.zeros_like(h)
     for t in range(h.shape[0]):
         for j in range(k):
@@ -352,8 +375,15 @@ def moe_ffn(h: np.ndarray, b: str, m: "RefModel", matmul, trace: RoutingTrace | 
             x = matmul.rounded(h[t:t + 1], b + "ffn_up_exps.weight")
             g = x @ gate[e].T
             u = x @ up[e].T
-            a = matmul.rounded(silu(g) * u, b + "ffn_down_exps.weight")
-            out[t] += w[t, j] * (a @ down[e].T)[0]
+            if oai:
+                g = np.minimum(g + bg[e], 7.0)
+                u = np.clip(u + bu[e], -7.0, 7.0)
+                act = g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
+            else:
+                act = silu(g) * u
+            a = matmul.rounded(act, b + "ffn_down_exps.weight")
+            y = (a @ down[e].T)[0]
+            out[t] += w[t, j] * (y + bd[e] if oai else y)
     if m.has(b + "ffn_gate_inp_shexp.weight"):
         gate_value = 1.0 / (1.0 + np.exp(-(h @ m.weight(b + "ffn_gate_inp_shexp.weight"))))
         shared = matmul(silu(matmul(h, b + "ffn_gate_shexp.weight"))
@@ -403,9 +433,11 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
     sliding = np.where((distance < 0) | (distance >= max(hp.sliding_window, 1)), -np.inf, 0.0)
     for layer in range(hp.n_layer):
         b = f"blk.{layer}."
-        is_sliding = (gemma or phi3) and hp.sliding_layers[layer]
+        oai = hp.arch == "gpt-oss"
+        is_sliding = (gemma or phi3 or oai) and hp.sliding_layers[layer]
         gemma_sliding = gemma and is_sliding
-        base = hp.rope_freq_base_swa if gemma_sliding else hp.rope_freq_base
+        base = hp.rope_freq_base_swa if gemma_sliding or (oai and is_sliding) else \
+            hp.rope_freq_base
         rope_scale = 1.0 if gemma_sliding else hp.rope_scale
         h = norm(x, b + "attn_norm.weight")
         if phi3:
@@ -417,7 +449,7 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
             q = matmul(h, b + "attn_q.weight")
             k = matmul(h, b + "attn_k.weight")
             v = matmul(h, b + "attn_v.weight")
-        if hp.arch in ("qwen2", "qwen2moe"):
+        if hp.arch in ("qwen2", "qwen2moe", "gpt-oss"):
             q = q + m.weight(b + "attn_q.bias")
             k = k + m.weight(b + "attn_k.bias")
             v = v + m.weight(b + "attn_v.bias")
@@ -439,16 +471,24 @@ def logits(model_path: str | RefModel, token_ids, kv_cache: str = "f32",
         v = np.repeat(v, group, axis=1)
         mask = sliding if is_sliding else causal
         scores = np.einsum("qhd,khd->hqk", q, k) * hp.kq_scale + mask[None]
+        if oai:  # the sink: one more logit per head, its weight then dropped
+            sinks = np.broadcast_to(m.weight(b + "attn_sinks.weight")[:, None, None],
+                                    scores.shape[:2] + (1,))
+            scores = np.concatenate([scores, sinks], axis=-1)
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
+        if oai:
+            probs = probs[..., :-1]
         attn = np.einsum("hqk,khd->qhd", probs, v).reshape(n, hp.n_head * hd)
         out = matmul(attn, b + "attn_output.weight")
+        if oai:
+            out = out + m.weight(b + "attn_output.bias")
         if gemma:
             out = norm(out, b + "post_attention_norm.weight")
         x = x + out
 
-        h = norm(x, b + "ffn_norm.weight")
+        h = norm(x, b + ("post_attention_norm.weight" if oai else "ffn_norm.weight"))
         act = gelu_tanh if gemma else silu
         if hp.n_expert:
             x = x + moe_ffn(h, b, m, matmul, trace)
