@@ -184,15 +184,14 @@ def cases() -> list[Case]:
              note="llama.cpp reads rope.scaling.yarn_beta_* and yarn_log_multiplier only for the "
                   "architectures whose converters write them (not qwen3): it runs the defaults, "
                   "the reference and polystack what the file says"),
-        # gpt-oss (reference only until polystack runs it): biases, attention sinks, the even
-        # layers sliding over 8 positions, router and expert biases, swiglu_oai; with YaRN.
+        # gpt-oss: biases, attention sinks, the even layers sliding over 8 positions, router and
+        # expert biases, swiglu_oai; with YaRN.
         Case("gpt_oss", P(arch="gpt-oss", seed=37, head_dim_override=32, sliding_window=8,
-                          n_expert=8, n_expert_used=2), ablation=("without sinks", _no_sinks),
-             polystack_runs=False),
+                          n_expert=8, n_expert_used=2), ablation=("without sinks", _no_sinks)),
         Case("gpt_oss_yarn", P(arch="gpt-oss", seed=38, head_dim_override=32, sliding_window=8,
                                n_expert=8, n_expert_used=2, rope_scaling="yarn",
                                rope_scale_factor=8.0, original_context=64,
-                               rope_freq_base=1000.0), polystack_runs=False),
+                               rope_freq_base=1000.0)),
         # The codebook types as polystack's quantize writes them (rows of 256 for IQ4_XS), and
         # Q4_0 for the size of the gaps that 8-bit activations make.
         Case("qwen3moe_q4_0", P(arch="qwen3moe", seed=36, head_dim_override=32, n_expert=8,

@@ -117,8 +117,9 @@ inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // And this one, returning the kBackendAbiVersion they were built with: a plugin is C++ code
 // against these structs, so one built for another layout is refused rather than called. Raise
 // the number whenever a type in this header changes (graph/tensor.h's Tensor and OpKind too: 6
-// added the mixture-of-experts ops and Tensor::experts).
-inline constexpr int kBackendAbiVersion = 6;
+// added the mixture-of-experts ops and Tensor::experts, 7 swiglu_oai and a fifth source for
+// attention's sinks).
+inline constexpr int kBackendAbiVersion = 7;
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

@@ -9,7 +9,8 @@ namespace ps {
 bool f32_rows(const Tensor& t) { return t.type == DType::F32 && t.nb[0] == sizeof(float); }
 
 std::string row_operands_problem(const Tensor& n) {
-  const bool binary = n.op == OpKind::Add || n.op == OpKind::Mul || n.op == OpKind::SwiGlu;
+  const bool binary = n.op == OpKind::Add || n.op == OpKind::Mul || n.op == OpKind::SwiGlu ||
+                      n.op == OpKind::SwiGluOai;
   if (binary && !f32_rows(*n.src[1])) return "the second operand is not F32 with contiguous rows";
   if (!f32_rows(*n.src[0]) || !f32_rows(n)) return "only F32 with contiguous rows";
   return {};
@@ -23,6 +24,8 @@ std::string attention_operands_problem(const Tensor& n) {
   if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
   if (k.nb[0] != 2) return "only KV caches with contiguous rows";
   if (k.nb != v.nb || k.ne != v.ne) return "K and V caches of different layouts";
+  if (const Tensor* s = n.src[4]; s && (s->type != DType::F32 || !s->is_contiguous()))
+    return "sinks that are not contiguous F32";
   return {};
 }
 

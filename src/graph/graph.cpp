@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 
 #include "core/error.h"
 #include "graph/ops.h"
@@ -51,6 +52,8 @@ const char* op_name(OpKind op) {
       return "matmul_id";
     case OpKind::ExpertSum:
       return "expert_sum";
+    case OpKind::SwiGluOai:
+      return "swiglu_oai";
     case OpKind::Count:
       break;
   }
@@ -206,6 +209,15 @@ Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
   return node(OpKind::SwiGlu, DType::F32, gate->ne, {gate, up});
 }
 
+Tensor* Graph::swiglu_oai(Tensor* gate, Tensor* up, const SwiGluOaiParams& p) {
+  if (gate->ne != up->ne) bad_shapes(OpKind::SwiGluOai, gate, up);
+  if (!(p.limit > 0.0f) || !std::isfinite(p.alpha))
+    throw ModelError(fmt::format("swiglu_oai: limit {} and alpha {}", p.limit, p.alpha));
+  Tensor* t = node(OpKind::SwiGluOai, DType::F32, gate->ne, {gate, up});
+  set_swiglu_oai_params(*t, p);
+  return t;
+}
+
 Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float freq_scale,
                     RopeMode mode, Tensor* freq_factors, float attn_factor) {
   if (pos->type != DType::I32 || pos->ne[0] != x->ne[2] || n_rot > x->ne[0] || n_rot % 2 != 0)
@@ -238,8 +250,17 @@ Tensor* Graph::copy(Tensor* src, Tensor* dst) {
   return t;
 }
 
+Tensor* Graph::with_sinks(Tensor* attn, Tensor* sinks) {
+  if (!sinks) return attn;
+  if (sinks->type != DType::F32 || sinks->ne[0] != attn->ne[1] || sinks->n_rows() != 1 ||
+      !sinks->is_contiguous())
+    bad_shapes(OpKind::Attention, attn, sinks);
+  attn->src[4] = sinks;
+  return attn;
+}
+
 Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
-                         int32_t window) {
+                         int32_t window, Tensor* sinks) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
   const int64_t slots = k_cache->ne[2];
   const bool holds = n_past + n_tokens <= slots || (window > 0 && window + n_tokens - 1 <= slots);
@@ -248,11 +269,11 @@ Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_
     bad_shapes(OpKind::Attention, q, k_cache);
   Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1}, {q, k_cache, v_cache});
   set_attention_params(*t, {n_past, window, scale});
-  return t;
+  return with_sinks(t, sinks);
 }
 
 Tensor* Graph::attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
-                                float scale, int32_t window) {
+                                float scale, int32_t window, Tensor* sinks) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
   if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
       v_cache->ne[2] != k_cache->ne[2] || v_cache->ne[3] != k_cache->ne[3] ||
@@ -262,11 +283,11 @@ Tensor* Graph::attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Ten
   Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1},
                    {q, k_cache, v_cache, token_info});
   set_attention_params(*t, {0, window, scale});
-  return t;
+  return with_sinks(t, sinks);
 }
 
 Tensor* Graph::attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
-                               float scale, int32_t window) {
+                               float scale, int32_t window, Tensor* sinks) {
   const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
   if (k_cache->ne[0] != hd || v_cache->ne[0] != hd || k_cache->ne[1] != v_cache->ne[1] ||
       v_cache->ne[2] != k_cache->ne[2] || k_cache->ne[3] != 1 || v_cache->ne[3] != 1 ||
@@ -277,7 +298,7 @@ Tensor* Graph::attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tens
   Tensor* t = node(OpKind::Attention, DType::F32, {hd, n_head, n_tokens, 1},
                    {q, k_cache, v_cache, token_info});
   set_attention_params(*t, {0, window, scale, true});
-  return t;
+  return with_sinks(t, sinks);
 }
 
 Tensor* Graph::sigmoid(Tensor* x) { return node(OpKind::Sigmoid, DType::F32, x->ne, {x}); }
@@ -329,6 +350,12 @@ void set_expert_weights_params(Tensor& node, const ExpertWeightsParams& p) {
 ExpertWeightsParams expert_weights_params(const Tensor& node) {
   return {ExpertGating(node.iparams[0]), node.iparams[1] != 0, node.fparams[0]};
 }
+
+void set_swiglu_oai_params(Tensor& node, const SwiGluOaiParams& p) {
+  node.fparams[0] = p.alpha;
+  node.fparams[1] = p.limit;
+}
+SwiGluOaiParams swiglu_oai_params(const Tensor& node) { return {node.fparams[0], node.fparams[1]}; }
 
 void set_attention_params(Tensor& node, const AttentionParams& p) {
   node.iparams[0] = p.n_past;

@@ -28,6 +28,8 @@ class Graph {
   Tensor* gelu(Tensor* x);
   Tensor* scale(Tensor* x, float s);
   Tensor* swiglu(Tensor* gate, Tensor* up);
+  // gpt-oss's clamped SwiGLU (graph/ops.h).
+  Tensor* swiglu_oai(Tensor* gate, Tensor* up, const SwiGluOaiParams& p);
   // freq_factors (optional, F32 [n_rot / 2]): pair i's angle is divided by factor i (Llama 3.1's
   // and LongRoPE's per-dimension frequency factors, ggml's rope freq_factors). attn_factor
   // scales the rotated values (LongRoPE's magnitude correction); the rest pass unchanged.
@@ -42,17 +44,19 @@ class Graph {
   // (p - window, p]. Position j lives in cache slot j % slots (slots = the caches' ne[2]): a
   // cache that holds every position never wraps; a sliding-window layer's may be a ring of at
   // least window + n_tokens - 1 slots.
+  // sinks (optional, F32 [n_head]): head h's softmax has one more logit, sinks[h], that adds
+  // no value (gpt-oss's attention sinks; graph/ops.h), in all three forms.
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, int32_t n_past, float scale,
-                    int32_t window = 0);
+                    int32_t window = 0, Tensor* sinks = nullptr);
   // The same for tokens of several sequences (graph/ops.h): token_info I32 [2, n_tokens]
   // holds each token's position and cache plane; the caches [head_dim, n_kv_head, slots,
   // n_seq] hold a plane per sequence. The cache writes must come earlier in the graph.
   Tensor* attention_tokens(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
-                           float scale, int32_t window = 0);
+                           float scale, int32_t window = 0, Tensor* sinks = nullptr);
   // The same over a pool of cells given out in blocks (graph/ops.h, AttentionParams::paged):
   // the caches [head_dim, n_kv_head, n_cells, 1], token_info I32 [2 + 2 n_tokens + tables].
   Tensor* attention_paged(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* token_info,
-                          float scale, int32_t window = 0);
+                          float scale, int32_t window = 0, Tensor* sinks = nullptr);
 
   // Mixture of experts (graph/ops.h).
   Tensor* sigmoid(Tensor* x);
@@ -73,6 +77,8 @@ class Graph {
  private:
   Tensor* node(OpKind op, DType type, std::array<int64_t, 4> ne,
                std::initializer_list<Tensor*> src);
+  // Checks sinks and sets them as attention node attn's src[4].
+  Tensor* with_sinks(Tensor* attn, Tensor* sinks);
   // A new tensor at a stable address, set as the graph's next one (index, all()).
   Tensor& add_tensor();
   // Tensors live in chunks of kChunk, which never move: a decode step builds hundreds of them,

@@ -20,6 +20,11 @@ namespace ps {
 // is the offset in src[3] of its sequence's list of blocks: position j of the sequence lives in
 // slot s = j % slots (a sliding-window layer's ring; otherwise slots exceeds every position),
 // which is cell table[s / block] * block + s % block.
+//
+// Sinks (src[4], optional, F32 [n_head]; gpt-oss): head h's softmax over the scaled scores z_j
+// has one more logit s_h that carries no value: out = sum_j exp(z_j - M) v_j /
+// (sum_j exp(z_j - M) + exp(s_h - M)), M = max(max_j z_j, s_h). A kernel that merges partial
+// softmaxes merges them first, then folds the sink in.
 struct AttentionParams {
   int32_t n_past = 0;  // the first query's position (no per-token data)
   int32_t window = 0;
@@ -71,9 +76,20 @@ TopKParams top_k_params(const Tensor& node);
 void set_expert_weights_params(Tensor& node, const ExpertWeightsParams& p);
 ExpertWeightsParams expert_weights_params(const Tensor& node);
 
+// SwiGluOai (gpt-oss's experts, ggml's swiglu_oai): of gate g and up u,
+//   x = min(g, limit), y = clamp(u, -limit, limit), out = x * sigmoid(alpha * x) * (y + 1).
+struct SwiGluOaiParams {
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+void set_swiglu_oai_params(Tensor& node, const SwiGluOaiParams& p);
+SwiGluOaiParams swiglu_oai_params(const Tensor& node);
+
 void set_attention_params(Tensor& node, const AttentionParams& p);
 AttentionParams attention_params(const Tensor& node);
 // src[3], or nullptr: the per-token positions and sequences.
 inline const Tensor* attention_token_info(const Tensor& node) { return node.src[3]; }
+// src[4], or nullptr: the sinks.
+inline const Tensor* attention_sinks(const Tensor& node) { return node.src[4]; }
 
 }  // namespace ps

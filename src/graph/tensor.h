@@ -28,14 +28,15 @@ enum class OpKind : uint8_t {
               // base, scale, attn_factor
   SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
-  Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx];
-              // iparams: n_past, n_past + T, sliding window (0: none), paged; fparams[0] = scale
+  Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx],
+              // per-token data src3, sinks src4 (graph/ops.h: AttentionParams)
   // Mixture of experts (graph/ops.h says each one's operands and parameters):
   Sigmoid,        // 1 / (1 + exp(-src0))
   TopK,           // src0 F32 [n, rows] -> I32 [k, rows]: the k largest of each row
   ExpertWeights,  // router logits src0 F32 [E, T], chosen ids src1 I32 [k, T] -> F32 [k, T]
   MatMulId,       // experts src0 [K, N, E], src1 F32 [K, 1 or k, T], ids src2 -> F32 [N, k, T]
   ExpertSum,      // src0 F32 [N, k, T] weighted by src1 F32 [k, T], summed -> F32 [N, T]
+  SwiGluOai,      // gpt-oss's clamped SwiGLU of gate src0 and up src1 (graph/ops.h)
   Count,
 };
 
@@ -50,7 +51,7 @@ struct Tensor {
   std::array<size_t, 4> nb{};  // byte strides
   void* data = nullptr;        // host pointer for CPU-resident tensors
   OpKind op = OpKind::None;
-  std::array<Tensor*, 4> src{};
+  std::array<Tensor*, 5> src{};  // attention takes five; the rest fewer
   std::array<int32_t, 8> iparams{};
   std::array<float, 4> fparams{};
   size_t view_offset = 0;  // for View: byte offset into src[0]

@@ -22,10 +22,12 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
     m = make_llama_family_model(file, arch);
   else if (arch == "gemma3")
     m = make_gemma3_model(file);
+  else if (arch == "gpt-oss")
+    m = make_gpt_oss_model(file);
   else
     throw ModelError(
         fmt::format("{}: architecture '{}' is not supported (supported: llama and Mixtral, "
-                    "qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma3)",
+                    "qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma3, gpt-oss)",
                     file.path(), arch));
   m->check_all_tensors_used(file);
   return m;
@@ -249,7 +251,8 @@ int64_t kv_slots(const ModelParams& p, int64_t layer, int64_t n_ctx, int64_t n_b
 size_t kv_row_bytes(const ModelParams& p) { return size_t(p.head_dim * p.n_head_kv) * 2; }
 
 Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q,
-                                Tensor* k, Tensor* v, float scale, int32_t window) const {
+                                Tensor* k, Tensor* v, float scale, int32_t window,
+                                Tensor* sinks) const {
   const auto& p = params_;
   const int64_t T = in.n_tokens;
   Tensor* kc = in.k_cache[size_t(layer)];
@@ -275,7 +278,7 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
     for (const ForwardInputs::KvWrite& w : L.writes)
       for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}})
         g.copy(columns(src, w.first_token, w.n_tokens), slots_of(cache, w.cell, w.n_tokens));
-    Tensor* attn = g.attention_paged(q, kc, vc, L.token_info, scale, window);
+    Tensor* attn = g.attention_paged(q, kc, vc, L.token_info, scale, window, sinks);
     return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
   }
   for (auto [src, cache] : {std::pair{k2, kc}, std::pair{v, vc}}) {
@@ -286,7 +289,7 @@ Tensor* Model::cached_attention(Graph& g, const ForwardInputs& in, int64_t layer
       g.copy(columns(src, run0, T - run0), slots_of(cache, 0, T - run0));
     }
   }
-  Tensor* attn = g.attention(q, kc, vc, in.n_past, scale, window);
+  Tensor* attn = g.attention(q, kc, vc, in.n_past, scale, window, sinks);
   return g.reshape(attn, {p.head_dim * p.n_head, T, 1, 1});
 }
 

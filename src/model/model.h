@@ -153,9 +153,9 @@ class Model {
   BlockWeights block_weights(const gguf::File& f, int64_t layer);
   // The "<arch>.expert_*" hyperparameters (src/model/moe.cpp): none when expert_count is absent
   // or 0 (an error for an architecture that has experts: "...moe" or shared_expert).
-  // `normalize` is the family's ExpertWeightsParams::normalize, as llama.cpp fixes it per family.
+  // `normalize` and `gating` are the family's ExpertWeightsParams, as llama.cpp fixes them.
   void read_expert_params(const gguf::File& f, const std::string& arch, bool normalize,
-                          bool shared_expert);
+                          bool shared_expert, ExpertGating gating = ExpertGating::Softmax);
   ExpertWeightsSet expert_weights(const gguf::File& f, int64_t layer);
   // The mixture-of-experts feed-forward of h [n_embd, T]: [n_embd, T].
   Tensor* experts_ffn(Graph& g, const ExpertWeightsSet& w, Tensor* h) const;
@@ -164,9 +164,10 @@ class Model {
   // token_embd, output_norm and output (token_embd again when the file ties them).
   void load_embeddings(const gguf::File& f);
   // Writes this batch's K [head_dim, n_head_kv, T] and V [kv_dim, T] into layer l's cache,
-  // then attends over the cache (window > 0: sliding window). Returns [q_dim, T].
+  // then attends over the cache (window > 0: sliding window; sinks: graph/ops.h). Returns
+  // [q_dim, T].
   Tensor* cached_attention(Graph& g, const ForwardInputs& in, int64_t layer, Tensor* q, Tensor* k,
-                           Tensor* v, float scale, int32_t window) const;
+                           Tensor* v, float scale, int32_t window, Tensor* sinks = nullptr) const;
   // The final norm and the output projection, over the last position only unless every
   // position's logits are wanted (or the rows of out_rows); the hidden rows' normed states too.
   Tensor* output_logits(Graph& g, const ForwardInputs& in, Tensor* x) const;
@@ -187,5 +188,6 @@ size_t kv_row_bytes(const ModelParams& p);
 // llama, qwen2, qwen3 and phi3 (src/model/llama.cpp).
 std::unique_ptr<Model> make_llama_family_model(const gguf::File& file, const std::string& arch);
 std::unique_ptr<Model> make_gemma3_model(const gguf::File& file);
+std::unique_ptr<Model> make_gpt_oss_model(const gguf::File& file);  // src/model/gpt_oss.cpp
 
 }  // namespace ps

@@ -30,11 +30,11 @@ const char* gating_name(ExpertGating g) {
 }  // namespace
 
 void Model::read_expert_params(const gguf::File& f, const std::string& a, bool normalize,
-                               bool shared_expert) {
+                               bool shared_expert, ExpertGating gating_fn) {
   auto& p = params_;
   p.n_expert = f.get_int(a + ".expert_count", 0, 0, kMaxExperts);
   if (p.n_expert == 0) {
-    if (shared_expert || a.ends_with("moe"))
+    if (shared_expert || a.ends_with("moe") || a == "gpt-oss")
       throw ModelError(
           fmt::format("{}: metadata '{}.expert_count' is missing or 0: a {} model "
                       "has experts",
@@ -56,7 +56,7 @@ void Model::read_expert_params(const gguf::File& f, const std::string& a, bool n
     throw ModelError(
         fmt::format("{}: metadata '{}.expert_gating_func' = {}: {} routes experts by softmax (1)",
                     f.path(), a, gating, a));
-  p.expert_weights.gating = ExpertGating::Softmax;
+  p.expert_weights.gating = gating_fn;
   p.expert_weights.normalize = normalize;
   const double scale = f.get_float(a + ".expert_weights_scale", 0.0, 0.0, 1e6);
   p.expert_weights.scale = scale > 0.0 ? float(scale) : 1.0f;

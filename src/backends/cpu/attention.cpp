@@ -12,6 +12,7 @@
 // query may not see (later tokens of the block, or before its window) get probability 0.
 //
 // Decoding (one token per block) splits the positions instead: see the decode path below.
+// Attention sinks (graph/ops.h) add a term to each query's softmax denominator.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -114,6 +115,14 @@ void attention(Context& ctx, Tensor& node) {
                       kc.ne[2], slots, block));
   }
   const float scale = ap.scale;
+  // Sinks (graph/ops.h): head h's extra logit, folded into the denominator of its softmax as
+  // exp(s_h - m) relative to the maximum m of its scores (exact where s_h exceeds m too: the
+  // weights then sum to less than one, as the sink takes the rest).
+  const Tensor* sinks_t = attention_sinks(node);
+  const float* sinks = sinks_t ? static_cast<const float*>(sinks_t->data) : nullptr;
+  const auto sink_term = [&](int64_t h, double max) {
+    return sinks ? std::exp(double(sinks[h]) - max) : 0.0;
+  };
   // Per token: its position and cache plane (several sequences) or block table (paged), else
   // n_past + t in plane 0.
   const int32_t* tok = paged ? all + kPagedHeader : all;
@@ -353,7 +362,7 @@ void attention(Context& ctx, Tensor& node) {
           sum += double(w) * at(r)[1];
           for (int64_t d = 0; d < hd; ++d) out[d] += w * at(r)[2 + d];
         }
-        const float inv = float(1.0 / sum);
+        const float inv = float(1.0 / (sum + sink_term(h, mx)));
         for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
       }
     return;
@@ -397,7 +406,9 @@ void attention(Context& ctx, Tensor& node) {
       const int64_t f = first(i) - lo, e = end(i) - lo;
       std::fill(p, p + f, 0.0f);
       std::fill(p + e, p + span, 0.0f);
-      inv[size_t(i)] = float(1.0 / softmax_exp(rows, p + f, scale, p + f, e - f));
+      float mx = 0.0f;
+      const double sum = softmax_exp(rows, p + f, scale, p + f, e - f, &mx);
+      inv[size_t(i)] = float(1.0 / (sum + sink_term(h0 + i % heads, mx)));
     }
 
     std::fill(sums.begin(), sums.end(), 0.0f);

@@ -151,6 +151,9 @@ class CpuDevice final : public Device {
         for (const Tensor* c : {n.src[1], n.src[2]})
           if (c->type != DType::F16 && c->type != DType::F32)
             return fmt::format("KV cache of type {} (F16 or F32 only)", dtype_name(c->type));
+        if (const Tensor* s = n.src[4];
+            s && (s->type != DType::F32 || !s->is_contiguous() || s->ne[0] != n.src[0]->ne[1]))
+          return "sinks that are not F32 [n_head]";
         return {};
       case OpKind::Count:
         return "unknown op";
@@ -203,6 +206,7 @@ class CpuDevice final : public Device {
       case OpKind::Gelu:
       case OpKind::Scale:
       case OpKind::SwiGlu:
+      case OpKind::SwiGluOai:
       case OpKind::Sigmoid:
         return cpu::elementwise(ctx_, n);
       case OpKind::TopK:

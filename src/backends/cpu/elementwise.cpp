@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/row_ops.h"
+#include "graph/ops.h"
 
 namespace ps::cpu {
 
@@ -11,6 +13,7 @@ void elementwise(Context& ctx, Tensor& node) {
   const int64_t n = a.ne[0];
   const OpKind op = node.op;
   const float s = node.fparams[0];
+  const SwiGluOaiParams oai = swiglu_oai_params(node);
   const RowOps& rows = row_ops(ctx.isa);
   ctx.pool->parallel_for(a.n_rows(), [&](int64_t r, int) {
     const RowIndex at = row_index(a, r);
@@ -41,6 +44,13 @@ void elementwise(Context& ctx, Tensor& node) {
         break;
       case OpKind::Sigmoid:
         for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
+        break;
+      case OpKind::SwiGluOai:
+        for (int64_t i = 0; i < n; ++i) {
+          const float g = std::min(x[i], oai.limit);
+          const float u = std::clamp(y[i], -oai.limit, oai.limit);
+          out[i] = g / (1.0f + std::exp(-oai.alpha * g)) * (u + 1.0f);
+        }
         break;
       default:
         break;

@@ -5,7 +5,8 @@
 // on the CPU; a sliding window limits each query to its last `window` positions, and position j
 // lives in slot j % slots (ring caches). With per-token data (graph/ops.h), each token's
 // position and cache plane come from it, so tokens of several sequences share one launch; with a
-// paged cache (graph/ops.h) each token's block table, which maps its positions to cells.
+// paged cache (graph/ops.h) each token's block table, which maps its positions to cells. Sinks
+// (graph/ops.h) join the running softmax after the last chunk.
 #include "backends/cuda/kernels.h"
 #include "graph/ops.h"
 
@@ -26,7 +27,7 @@ __device__ const __half* cache_row(const View& c, int64_t kvh, int64_t j, int64_
 }
 
 __global__ void attention_kernel(View q, View kc, View vc, View d, const int32_t* info, int n_past,
-                                 int window, float scale, int paged) {
+                                 int window, float scale, int paged, const float* sinks) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float p[kThreads];
   __shared__ float scratch[kThreads / 32 + 1];
@@ -73,8 +74,14 @@ __global__ void attention_kernel(View q, View kc, View vc, View d, const int32_t
     }
     __syncthreads();  // p is rewritten by the next chunk
   }
+  float sink_scale = 1.0f;
+  if (sinks) {
+    const float new_max = fmaxf(run_max, sinks[h]);
+    sink_scale = expf(run_max - new_max);
+    run_sum = run_sum * sink_scale + expf(sinks[h] - new_max);
+  }
   float* out = reinterpret_cast<float*>(row_at(d, h, t, 0));
-  const float inv = 1.0f / run_sum;
+  const float inv = sink_scale / run_sum;
   for (int i = 0; i < kDimsPerThread; ++i) {
     const int64_t dim = tid + int64_t(i) * kThreads;
     if (dim < hd) out[dim] = acc[i] * inv;
@@ -88,10 +95,12 @@ void attention(const Launch& l, const Tensor& node) {
   const dim3 grid(unsigned(q.ne[1]), unsigned(q.ne[2]));
   const Tensor* info = attention_token_info(node);
   const AttentionParams ap = attention_params(node);
-  PS_LAUNCH(attention_kernel, grid, kThreads, l.stream, view_of(q), view_of(*node.src[1]),
-            view_of(*node.src[2]), view_of(node),
-            info ? static_cast<const int32_t*>(info->data) : nullptr, ap.n_past, ap.window,
-            ap.scale, ap.paged ? 1 : 0);
+  PS_LAUNCH(
+      attention_kernel, grid, kThreads, l.stream, view_of(q), view_of(*node.src[1]),
+      view_of(*node.src[2]), view_of(node),
+      info ? static_cast<const int32_t*>(info->data) : nullptr, ap.n_past, ap.window, ap.scale,
+      ap.paged ? 1 : 0,
+      attention_sinks(node) ? static_cast<const float*>(attention_sinks(node)->data) : nullptr);
   check_launch("attention");
 }
 

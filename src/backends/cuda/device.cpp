@@ -152,6 +152,7 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Add:
     case OpKind::Mul:
     case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
@@ -267,6 +268,7 @@ void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
       case OpKind::Gelu:
       case OpKind::Scale:
       case OpKind::SwiGlu:
+      case OpKind::SwiGluOai:
       case OpKind::Sigmoid:
         elementwise(l, *n);
         break;

@@ -1,11 +1,11 @@
 // Element-wise ops over F32 rows: one thread per element, grid-stride, any strides; src1 (add,
-// mul, swiglu) repeats along every dimension where it has extent 1.
+// mul, swiglu, swiglu_oai) repeats along every dimension where it has extent 1.
 #include "backends/cuda/kernels.h"
 
 namespace ps::gpu {
 namespace {
 
-enum class Ew { Add, Mul, Silu, Gelu, Scale, SwiGlu, Sigmoid };
+enum class Ew { Add, Mul, Silu, Gelu, Scale, SwiGlu, Sigmoid, SwiGluOai };
 
 __device__ inline float silu(float v) { return v / (1.0f + expf(-v)); }
 // 0.5 v (1 + tanh(z)) as v / (1 + exp(-2z)), as the CPU backend computes it.
@@ -14,14 +14,14 @@ __device__ inline float gelu_tanh(float v) {
   return v / (1.0f + expf(-kTwoSqrt2OverPi * v * (1.0f + 0.044715f * v * v)));
 }
 
-__global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, int64_t n) {
+__global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, float s2, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i0 = i % a.ne[0], r = i / a.ne[0];
     const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const float x = reinterpret_cast<const float*>(row_at(a, i1, i2, i3))[i0];
     float y = 0.0f;
-    if (op == Ew::Add || op == Ew::Mul || op == Ew::SwiGlu)
+    if (op == Ew::Add || op == Ew::Mul || op == Ew::SwiGlu || op == Ew::SwiGluOai)
       y = reinterpret_cast<const float*>(row_at(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]))[i0];
     float v;
     switch (op) {
@@ -43,6 +43,11 @@ __global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, int64
       case Ew::Sigmoid:
         v = 1.0f / (1.0f + expf(-x));
         break;
+      case Ew::SwiGluOai: {  // s: alpha, s2: limit (graph/ops.h)
+        const float g = fminf(x, s2), u = fminf(fmaxf(y, -s2), s2);
+        v = g / (1.0f + expf(-s * g)) * (u + 1.0f);
+        break;
+      }
       default:
         v = silu(x) * y;
         break;
@@ -74,6 +79,9 @@ void elementwise(const Launch& l, const Tensor& node) {
     case OpKind::Sigmoid:
       op = Ew::Sigmoid;
       break;
+    case OpKind::SwiGluOai:
+      op = Ew::SwiGluOai;
+      break;
     default:
       break;
   }
@@ -81,7 +89,7 @@ void elementwise(const Launch& l, const Tensor& node) {
   const View b = view_of(node.src[1] ? *node.src[1] : a);
   const int64_t n = a.n_elements();
   PS_LAUNCH(elementwise_kernel, blocks_for(n, 256), 256, l.stream, view_of(a), b, view_of(node), op,
-            node.fparams[0], n);
+            node.fparams[0], node.fparams[1], n);
   check_launch("elementwise");
 }
 

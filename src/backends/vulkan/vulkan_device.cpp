@@ -17,7 +17,7 @@ namespace {
 
 constexpr uint32_t kSetsPerPool = 1024;
 // src0, src1, output, a fourth input (attention's V), a fifth (attention's per-token data)
-constexpr uint32_t kBindings = 5;
+constexpr uint32_t kBindings = 6;
 
 void check(VkResult r, const char* what) {
   if (r != VK_SUCCESS)
@@ -443,7 +443,7 @@ void VulkanDevice::synchronize() {
 }
 
 void VulkanDevice::dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v,
-                            Params p, uint32_t gx, uint32_t gy, uint32_t gz, Operand e) {
+                            Params p, uint32_t gx, uint32_t gy, uint32_t gz, Operand e, Operand f) {
   if (sets_left_ == 0) synchronize();  // the pool is spent: run what is recorded first
   begin_if_needed();
   const VkPipeline pipe = pipeline(shader);
@@ -459,18 +459,19 @@ void VulkanDevice::dispatch(const std::string& shader, Operand a, Operand b, Ope
   if (!b.t) b = a;
   if (!v.t) v = d;
   if (!e.t) e = d;
+  if (!f.t) f = d;
   const Binding ba = bind(*a.t, a.unit), bb = bind(*b.t, b.unit), bd = bind(*d.t, d.unit),
-                bv = bind(*v.t, v.unit), be = bind(*e.t, e.unit);
+                bv = bind(*v.t, v.unit), be = bind(*e.t, e.unit), bf = bind(*f.t, f.unit);
   p.a_off = ba.first;
   p.b_off = bb.first;
   p.d_off = bd.first;
   p.v_off = bv.first;
   p.e_off = be.first;
-  VkDescriptorBufferInfo infos[kBindings] = {{ba.buffer, ba.offset, ba.range},
-                                             {bb.buffer, bb.offset, bb.range},
-                                             {bd.buffer, bd.offset, bd.range},
-                                             {bv.buffer, bv.offset, bv.range},
-                                             {be.buffer, be.offset, be.range}};
+  p.f_off = bf.first;
+  VkDescriptorBufferInfo infos[kBindings] = {
+      {ba.buffer, ba.offset, ba.range}, {bb.buffer, bb.offset, bb.range},
+      {bd.buffer, bd.offset, bd.range}, {bv.buffer, bv.offset, bv.range},
+      {be.buffer, be.offset, be.range}, {bf.buffer, bf.offset, bf.range}};
   VkWriteDescriptorSet writes[kBindings]{};
   for (uint32_t i = 0; i < kBindings; ++i) {
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;

@@ -65,8 +65,9 @@ struct Params {
   uint32_t v_off;
   uint32_t e_off;
   float fparam2;
+  uint32_t f_off;
 };
-static_assert(sizeof(Params) == 120);  // within the 128 bytes every device must offer
+static_assert(sizeof(Params) == 124);  // within the 128 bytes every device must offer
 
 class VulkanDevice final : public Device {
  public:
@@ -119,10 +120,12 @@ class VulkanDevice final : public Device {
     const Tensor* t;
     size_t unit;
   };
-  // Binds a (binding 0), b (1; a again when null), d (2), v (3; d again when null) and e (4;
-  // d again when null), fills the offsets of p and records the dispatch.
+  // Binds a (binding 0), b (1; a again when null), d (2), v (3; d again when null), e (4; d
+  // again when null) and f (5; d again when null), fills the offsets of p and records the
+  // dispatch.
   void dispatch(const std::string& shader, Operand a, Operand b, Operand d, Operand v, Params p,
-                uint32_t gx, uint32_t gy, uint32_t gz, Operand e = {nullptr, 0});
+                uint32_t gx, uint32_t gy, uint32_t gz, Operand e = {nullptr, 0},
+                Operand f = {nullptr, 0});
   void run(Tensor& node);
   // A tensor over a device buffer of at least `bytes` for values one kernel passes to the next
   // within a run (quantized activations); grown as needed, after the work recorded so far.

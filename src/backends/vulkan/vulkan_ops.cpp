@@ -118,6 +118,8 @@ uint32_t elementwise_code(OpKind op) {
       return 5;
     case OpKind::Sigmoid:
       return 6;
+    case OpKind::SwiGluOai:
+      return 7;
     default:
       return 4;  // SwiGlu
   }
@@ -162,6 +164,7 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
     case OpKind::Add:
     case OpKind::Mul:
     case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
@@ -234,6 +237,7 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Add:
     case OpKind::Mul:
     case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
@@ -244,6 +248,7 @@ void VulkanDevice::run(Tensor& n) {
       strides(p.d_nb, n, sizeof(float));
       p.op = elementwise_code(n.op);
       p.fparam0 = n.fparams[0];
+      p.fparam1 = n.fparams[1];  // swiglu_oai: alpha, limit (graph/ops.h)
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("elementwise", {a, sizeof(float)}, {b, sizeof(float)}, {&n, sizeof(float)}, none, p,
                ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -386,9 +391,11 @@ void VulkanDevice::run(Tensor& n) {
       p.iparam = ap.paged ? -2 : info ? -1 : ap.n_past;
       p.fparam0 = ap.scale;
       p.op = uint32_t(ap.window);
+      const Tensor* sinks = attention_sinks(n);
+      p.fparam1 = sinks ? 1.0f : 0.0f;  // binding 5 holds the sinks
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
                {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1,
-               {info, sizeof(int32_t)});
+               {info, sizeof(int32_t)}, {sinks, sizeof(float)});
       return;
     }
     case OpKind::TopK:

@@ -9,7 +9,8 @@
 // the caches then have a plane per sequence (stride b_nb[3]). iparam == -2: a paged cache
 // (graph/ops.h): binding 4 holds (slots, block), each token's (position, table offset), then the
 // block tables, and position j of a token's sequence is in cell
-// table[(j % slots) / block] * block + (j % slots) % block of the one plane.
+// table[(j % slots) / block] * block + (j % slots) % block of the one plane. fparam1 != 0:
+// binding 5 holds a sink per head (graph/ops.h), folded into the softmax's sum at the end.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -19,6 +20,7 @@ layout(std430, binding = 1) readonly buffer B { uint kc[]; };
 layout(std430, binding = 2) writeonly buffer D { float d[]; };
 layout(std430, binding = 3) readonly buffer V { uint vc[]; };
 layout(std430, binding = 4) readonly buffer E { int info[]; };
+layout(std430, binding = 5) readonly buffer F { float sinks[]; };
 
 const uint CHUNK = 256;
 const uint MAX_HD = 256;
@@ -94,6 +96,11 @@ void main() {
     }
     m = new_m;
     barrier();
+  }
+  if (p.fparam1 != 0.0) {
+    const float s = sinks[p.f_off + h], new_m = max(m, s), rescale = exp(m - new_m);
+    l = l * rescale + exp(s - new_m);
+    for (uint k = 0; k < MAX_HD / 64; ++k) acc[k] *= rescale;
   }
   const uint orow = p.d_off + h * p.d_nb[1] + t * p.d_nb[2];
   for (uint k = 0; k < MAX_HD / 64; ++k) {

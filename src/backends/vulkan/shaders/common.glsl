@@ -20,6 +20,7 @@ layout(push_constant) uniform Params {
   uint v_off;  // attention: the V cache's first element
   uint e_off;  // attention: the per-token (position, plane) pairs' first element (binding 4)
   float fparam2;
+  uint f_off;  // attention: the sinks' first element (binding 5)
 }
 p;
 
