@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/dtype.h"
 
@@ -143,6 +144,12 @@ std::vector<std::unique_ptr<Case>> all_cases() {
             });
       }
     }
+    // gpt-oss's clamped SwiGLU: values spread past the limit of 7 either way.
+    builders.emplace_back(fmt::format("swiglu_oai {}", dims), [=](Case& c, std::mt19937& rng) {
+      Tensor* a = c.random_leaf("a", DType::F32, s, rng, 9.0f);
+      Tensor* b = c.random_leaf("b", DType::F32, s, rng, 9.0f);
+      c.out = c.graph.swiglu_oai(a, b, SwiGluOaiParams{});
+    });
     for (OpKind op : {OpKind::Silu, OpKind::Gelu, OpKind::Scale, OpKind::Sigmoid}) {
       builders.emplace_back(fmt::format("{} {}", op_name(op), dims),
                             [=](Case& c, std::mt19937& rng) {
@@ -299,6 +306,14 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     int64_t hd, n_head, T, n_kv, slots;
     int32_t n_past, window;
     float scale;
+    bool sinks =
+        false;  // gpt-oss's (graph/ops.h): one far above the scores, the others of their size
+  };
+  // Sinks, one per head: the first far above any score (it takes nearly all the weight).
+  const auto sinks_leaf = [](Case& c, int64_t n_head, std::mt19937& rng) {
+    Tensor* s = c.random_leaf("sinks", DType::F32, {n_head, 1, 1, 1}, rng, 2.0f);
+    static_cast<float*>(s->data)[0] = 20.0f;
+    return s;
   };
   const AttentionCase attention_cases[] = {
       {"head 16, no past", 16, 4, 3, 2, 300, 0, 0, 0.3f},
@@ -315,13 +330,17 @@ std::vector<std::unique_ptr<Case>> all_cases() {
       {"window 600 over 900 positions", 32, 2, 2, 1, 900, 897, 600, 0.2f},
       // A long context: more positions than one chunk of the GPU kernel's online softmax.
       {"over 700 positions", 32, 2, 2, 1, 800, 698, 0, 0.2f},
+      {"sinks, 5 past", 40, 4, 3, 2, 300, 5, 0, 0.3f, true},
+      {"sinks, decode over 700 positions", 32, 4, 1, 2, 800, 698, 0, 0.2f, true},
+      {"sinks, window 4 in a ring of 9 slots", 40, 4, 5, 2, 9, 20, 4, 0.3f, true},
   };
   for (const AttentionCase& a : attention_cases) {
-    builders.emplace_back(fmt::format("attention {}", a.what), [a](Case& c, std::mt19937& rng) {
+    builders.emplace_back(fmt::format("attention {}", a.what), [=](Case& c, std::mt19937& rng) {
       Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, a.T, 1}, rng);
       Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
       Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, a.slots, 1}, rng);
-      c.out = c.graph.attention(q, k, v, a.n_past, a.scale, a.window);
+      Tensor* sinks = a.sinks ? sinks_leaf(c, a.n_head, rng) : nullptr;
+      c.out = c.graph.attention(q, k, v, a.n_past, a.scale, a.window, sinks);
       c.tolerance = 1e-4;
     });
   }
@@ -334,26 +353,30 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     std::vector<int32_t> info;  // (position, plane) per token
     int32_t window;
   };
+  // (with sinks where the case's name says so)
   const TokensCase tokens_cases[] = {
       {"3 sequences, mixed lengths", 40, 4, 2, 64, 3, {0, 1, 9, 0, 10, 0, 11, 0, 30, 2}, 0},
       {"one sequence twice the others' plane", 16, 6, 3, 40, 4, {5, 3, 6, 3, 2, 0, 39, 1}, 0},
       {"window 5", 40, 4, 2, 64, 2, {20, 1, 3, 0, 21, 1}, 5},
       {"window 4 in a ring of 9 slots", 40, 4, 2, 9, 2, {22, 1, 23, 1, 8, 0}, 4},
       {"700 positions", 32, 2, 1, 800, 2, {698, 1, 10, 0}, 0},
+      {"sinks, window 5", 40, 4, 2, 64, 2, {20, 1, 3, 0, 21, 1}, 5},
   };
   for (const TokensCase& a : tokens_cases) {
-    builders.emplace_back(
-        fmt::format("attention over tokens: {}", a.what), [a](Case& c, std::mt19937& rng) {
-          const int64_t T = int64_t(a.info.size() / 2);
-          Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, T, 1}, rng);
-          Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
-          Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
-          Tensor* info = c.int_leaf("info", a.info);
-          info->ne = {2, T, 1, 1};
-          info->set_contiguous_strides();
-          c.out = c.graph.attention_tokens(q, k, v, info, 0.3f, a.window);
-          c.tolerance = 1e-4;
-        });
+    builders.emplace_back(fmt::format("attention over tokens: {}", a.what), [=](Case& c,
+                                                                                std::mt19937& rng) {
+      const int64_t T = int64_t(a.info.size() / 2);
+      Tensor* q = c.random_leaf("q", DType::F32, {a.hd, a.n_head, T, 1}, rng);
+      Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
+      Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, a.slots, a.planes}, rng);
+      Tensor* info = c.int_leaf("info", a.info);
+      info->ne = {2, T, 1, 1};
+      info->set_contiguous_strides();
+      Tensor* sinks =
+          std::string_view(a.what).starts_with("sinks") ? sinks_leaf(c, a.n_head, rng) : nullptr;
+      c.out = c.graph.attention_tokens(q, k, v, info, 0.3f, a.window, sinks);
+      c.tolerance = 1e-4;
+    });
   }
   // The same over a paged cache (graph/ops.h): a pool of cells in blocks, each sequence's
   // blocks in a shuffled order, a window over a ring, and positions past one GPU chunk.
@@ -375,10 +398,11 @@ std::vector<std::unique_ptr<Case>> all_cases() {
        {22, 1, 23, 1, 8, 0},
        4},
       {"700 positions in blocks of 64", 32, 2, 1, 800, 64, 2, {698, 1, 10, 0}, 0},
+      {"sinks, 3 sequences in blocks of 16", 40, 4, 2, 64, 16, 3, {0, 1, 9, 0, 10, 0, 30, 2}, 0},
   };
   for (const PagedCase& a : paged_cases) {
     builders.emplace_back(
-        fmt::format("attention over a paged cache: {}", a.what), [a](Case& c, std::mt19937& rng) {
+        fmt::format("attention over a paged cache: {}", a.what), [=](Case& c, std::mt19937& rng) {
           const int64_t T = int64_t(a.info.size() / 2);
           const int64_t per_seq = (a.slots + a.block - 1) / a.block;
           const int64_t cells = (per_seq * a.n_seq + 1) * a.block;  // one block never used
@@ -395,7 +419,10 @@ std::vector<std::unique_ptr<Case>> all_cases() {
           Tensor* k = c.random_leaf("k", DType::F16, {a.hd, a.n_kv, cells, 1}, rng);
           Tensor* v = c.random_leaf("v", DType::F16, {a.hd, a.n_kv, cells, 1}, rng);
           Tensor* it = c.int_leaf("info", info);
-          c.out = c.graph.attention_paged(q, k, v, it, 0.3f, a.window);
+          Tensor* sinks = std::string_view(a.what).starts_with("sinks")
+                              ? sinks_leaf(c, a.n_head, rng)
+                              : nullptr;
+          c.out = c.graph.attention_paged(q, k, v, it, 0.3f, a.window, sinks);
           c.tolerance = 1e-4;
         });
   }

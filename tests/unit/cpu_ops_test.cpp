@@ -174,6 +174,38 @@ TEST_P(CpuOps, ElementwiseOps) {
   }
 }
 
+// gpt-oss's clamped SwiGLU, on values of both signs beyond the limit (graph/ops.h), with the
+// default parameters and others.
+TEST_P(CpuOps, SwiGluOaiClampsGateAndUp) {
+  Runner r(GetParam());
+  const int64_t n = 61, rows = 5;
+  auto a = random_floats(size_t(n * rows), 18, 8.0f);
+  auto b = random_floats(size_t(n * rows), 19, 8.0f);
+  for (const SwiGluOaiParams& p : {SwiGluOaiParams{}, SwiGluOaiParams{0.5f, 3.0f}}) {
+    Graph g;
+    Tensor* at = g.leaf("a", DType::F32, {n, rows, 1, 1}, a.data());
+    Tensor* bt = g.leaf("b", DType::F32, {n, rows, 1, 1}, b.data());
+    auto got = r.run(g, g.swiglu_oai(at, bt, p));
+    int clamped_gate = 0, clamped_up = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double limit = p.limit, x = std::min<double>(a[i], limit);
+      const double y = std::clamp<double>(b[i], -limit, limit);
+      clamped_gate += a[i] > p.limit;
+      clamped_up += std::fabs(b[i]) > p.limit;
+      const double ref = x / (1 + std::exp(-double(p.alpha) * x)) * (y + 1);
+      ASSERT_NEAR(got[i], ref, 1e-5 * (1 + std::fabs(ref))) << "at " << i;
+    }
+    EXPECT_GT(clamped_gate, 10);
+    EXPECT_GT(clamped_up, 20);
+  }
+  Graph g;
+  Tensor* at = g.leaf("a", DType::F32, {n, rows, 1, 1}, a.data());
+  Tensor* bt = g.leaf("b", DType::F32, {n, 1, 1, 1}, b.data());
+  EXPECT_THROW(g.swiglu_oai(at, bt, {}), ModelError);
+  Tensor* ct = g.leaf("c", DType::F32, {n, rows, 1, 1}, b.data());
+  EXPECT_THROW(g.swiglu_oai(at, ct, SwiGluOaiParams{1.0f, 0.0f}), ModelError);
+}
+
 TEST_P(CpuOps, RopeNormalAndNeoX) {
   Runner r(GetParam());
   const int64_t hd = 12, heads = 3, T = 5;
@@ -270,19 +302,20 @@ TEST_P(CpuOps, SoftmaxWithAndWithoutCausalMask) {
 }
 
 // Attention of one query row over cache positions [first, end) in double precision: K and V
-// element i of position j through k_at(j, i) and v_at(j, i).
+// element i of position j through k_at(j, i) and v_at(j, i); a sink (graph/ops.h) is one more
+// logit without a value (-inf: none).
 template <typename KAt, typename VAt>
 std::vector<double> attention_reference(const float* qrow, int64_t hd, int64_t first, int64_t end,
-                                        float scale, KAt k_at, VAt v_at) {
+                                        float scale, KAt k_at, VAt v_at, double sink = -INFINITY) {
   std::vector<double> s(static_cast<size_t>(end), 0.0);
-  double mx = -1e30;
+  double mx = std::max(-1e30, sink);
   for (int64_t j = first; j < end; ++j) {
     double d = 0;
     for (int64_t i = 0; i < hd; ++i) d += double(qrow[i]) * k_at(j, i);
     s[size_t(j)] = d * scale;
     mx = std::max(mx, s[size_t(j)]);
   }
-  double sum = 0;
+  double sum = std::exp(sink - mx);
   for (int64_t j = first; j < end; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
   std::vector<double> out(static_cast<size_t>(hd), 0.0);
   for (int64_t i = 0; i < hd; ++i)
@@ -297,11 +330,11 @@ template <typename At>
 void expect_row_matches_reference(const std::vector<float>& got, const std::vector<float>& q,
                                   const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
                                   int64_t row, int64_t hd, int64_t first, int64_t end, float scale,
-                                  const At& at) {
+                                  const At& at, double sink = -INFINITY) {
   const std::vector<double> ref = attention_reference(
       &q[size_t(row * hd)], hd, first, end, scale,
       [&](int64_t j, int64_t i) { return fp16_to_f32(k[at(j, i)]); },
-      [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); });
+      [&](int64_t j, int64_t i) { return fp16_to_f32(v[at(j, i)]); }, sink);
   for (int64_t i = 0; i < hd; ++i)
     ASSERT_NEAR(got[size_t(row * hd + i)], ref[size_t(i)], 2e-5) << "element " << i;
 }
@@ -326,26 +359,33 @@ TEST_P(CpuOps, AttentionOverF16CacheWithGqa) {
     auto vf = random_floats(size_t(hd * n_kv * n_ctx), 15);
     std::vector<uint16_t> k(kf.size()), v(vf.size());
     for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
-    for (int32_t window : {0, 3, 11, 29}) {
-      SCOPED_TRACE("head size " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
-                   std::to_string(n_kv) + ", tokens " + std::to_string(T) + ", window " +
-                   std::to_string(window));
-      Graph g;
-      Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
-      Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
-      Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
-      const float scale = 0.3f;
-      auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale, window));
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < n_head; ++h) {
-          const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
-          const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
-          const auto at = [&](int64_t j, int64_t i) { return size_t((j * n_kv + kvh) * hd + i); };
-          ASSERT_NO_FATAL_FAILURE(
-              expect_row_matches_reference(got, q, k, v, t * n_head + h, hd, first, end, scale, at))
-              << "token " << t << " head " << h;
-        }
-    }
+    // Sinks of the scores' size, and one far above them (it takes nearly all the weight).
+    auto sinks = random_floats(size_t(n_head), 16, 2.0f);
+    sinks[0] = 25.0f;
+    for (int32_t window : {0, 3, 11, 29})
+      for (bool with_sinks : {false, true}) {
+        SCOPED_TRACE("head size " + std::to_string(hd) + ", heads " + std::to_string(n_head) + "/" +
+                     std::to_string(n_kv) + ", tokens " + std::to_string(T) + ", window " +
+                     std::to_string(window) + (with_sinks ? ", sinks" : ""));
+        Graph g;
+        Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, T, 1}, q.data());
+        Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, n_ctx, 1}, k.data());
+        Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, n_ctx, 1}, v.data());
+        Tensor* st =
+            with_sinks ? g.leaf("sinks", DType::F32, {n_head, 1, 1, 1}, sinks.data()) : nullptr;
+        const float scale = 0.3f;
+        auto got = r.run(g, g.attention(qt, kt, vt, n_past, scale, window, st));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < n_head; ++h) {
+            const int64_t kvh = h / (n_head / n_kv), end = n_past + t + 1;
+            const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+            const auto at = [&](int64_t j, int64_t i) { return size_t((j * n_kv + kvh) * hd + i); };
+            ASSERT_NO_FATAL_FAILURE(
+                expect_row_matches_reference(got, q, k, v, t * n_head + h, hd, first, end, scale,
+                                             at, with_sinks ? double(sinks[size_t(h)]) : -INFINITY))
+                << "token " << t << " head " << h;
+          }
+      }
   }
 }
 
@@ -544,25 +584,35 @@ TEST(CpuAttention, DecodeOverLongSpansMatchesTheReferenceWhateverTheThreads) {
       std::vector<uint16_t> k(kf.size()), v(vf.size());
       for (size_t i = 0; i < kf.size(); ++i) k[i] = f32_to_fp16(kf[i]), v[i] = f32_to_fp16(vf[i]);
       const float scale = 0.2f;
-      const auto run = [&](Runner& r) {
-        Graph g;
-        Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, 1, 1}, q.data());
-        Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, 1}, k.data());
-        Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, 1}, v.data());
-        return r.run(g, g.attention(qt, kt, vt, c.n_past, scale, c.window));
-      };
-      const std::vector<float> got = run(one);
-      for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t kvh = h / (n_head / n_kv);
-        const auto at = [&](int64_t j, int64_t i) {
-          return size_t(((j % slots) * n_kv + kvh) * hd + i);
+      // With sinks, the runs' partial softmaxes are merged before the sink joins: one far above
+      // the scores, the others of their size.
+      auto sinks = random_floats(size_t(n_head), 44, 2.0f);
+      sinks[1] = 30.0f;
+      for (bool with_sinks : {false, true}) {
+        SCOPED_TRACE(with_sinks ? "sinks" : "no sinks");
+        const auto run = [&](Runner& r) {
+          Graph g;
+          Tensor* qt = g.leaf("q", DType::F32, {hd, n_head, 1, 1}, q.data());
+          Tensor* kt = g.leaf("k", DType::F16, {hd, n_kv, slots, 1}, k.data());
+          Tensor* vt = g.leaf("v", DType::F16, {hd, n_kv, slots, 1}, v.data());
+          Tensor* st =
+              with_sinks ? g.leaf("sinks", DType::F32, {n_head, 1, 1, 1}, sinks.data()) : nullptr;
+          return r.run(g, g.attention(qt, kt, vt, c.n_past, scale, c.window, st));
         };
-        ASSERT_NO_FATAL_FAILURE(
-            expect_row_matches_reference(got, q, k, v, h, hd, first, end, scale, at))
-            << "head " << h;
+        const std::vector<float> got = run(one);
+        for (int64_t h = 0; h < n_head; ++h) {
+          const int64_t kvh = h / (n_head / n_kv);
+          const auto at = [&](int64_t j, int64_t i) {
+            return size_t(((j % slots) * n_kv + kvh) * hd + i);
+          };
+          ASSERT_NO_FATAL_FAILURE(
+              expect_row_matches_reference(got, q, k, v, h, hd, first, end, scale, at,
+                                           with_sinks ? double(sinks[size_t(h)]) : -INFINITY))
+              << "head " << h;
+        }
+        EXPECT_EQ(got, run(two));
+        EXPECT_EQ(got, run(three));
       }
-      EXPECT_EQ(got, run(two));
-      EXPECT_EQ(got, run(three));
     }
 }
 
