@@ -73,8 +73,6 @@ class Case:
     # probabilities along llama.cpp's own tokens within 0.2 of llama.cpp's (Q4_0, an old type,
     # shows the same gaps), and the token counts are information.
     quantize: str = ""
-    # Whether polystack runs the architecture yet (else only the reference meets llama.cpp).
-    polystack_runs: bool = True
 
 
 def _no_rope_factors(m: llama_ref.RefModel) -> None:
@@ -417,7 +415,7 @@ def main() -> int:
                              len(ours))
                 line += (f"; sensitivity: reference {what} agrees with itself on {n_abl}/"
                          f"{len(ours)}")
-            if a.polystack and c.polystack_runs:
+            if a.polystack:
                 try:
                     mine = polystack_greedy(a.polystack, model, c.ctx, prompt, a.n_predict, eos,
                                             c.params.n_vocab, a.threads, work)

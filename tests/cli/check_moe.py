@@ -12,6 +12,9 @@ out, and the errors a user meets.
   --n-cpu-moe 2 under -ngl all put those layers' experts on the CPU. The text equals the CPU's
   every time.
 - `doctor -m --json` gives each layer's experts' bytes.
+- gpt-oss (attention sinks, router and expert biases): `run -v` names its features; on vulkan:0
+  whole, with --cpu-moe and with --n-cpu-moe 1 the text equals the CPU's. Without its sliding
+  window, or without a layer's sinks: a one-line error (exit 1).
 - --n-cpu-moe -1 / x: usage errors (exit 2). A qwen3moe file without expert_count, and a Mixtral
   converted with one tensor per expert (an older layout): one-line errors naming what is wrong
   (exit 1).
@@ -113,6 +116,68 @@ def check_vulkan(b, gen, model, cpu_text):
             fail(f"{name}: the plan should say '{want}' and '{note}': {plans}")
 
 
+def check_gpt_oss(b, tmp, has_vk):
+    model = os.path.join(tmp, "gpt-oss.gguf")
+    p = make_llama_gguf.ModelParams(n_embd=128, n_layer=4, arch="gpt-oss", head_dim_override=32,
+                                    n_expert=8, n_expert_used=2, n_ff_exp=128, sliding_window=6,
+                                    seed=9)
+    make_llama_gguf.write_model(model, p)
+    gen = ["run", "-m", model, "-p", "a b c d", "-n", "24", "--temp", "0", "--no-template", "-v"]
+    cpu = run([b] + gen + ["--device", "cpu"])
+    if cpu.returncode != 0 or not cpu.stdout:
+        fail(f"gpt-oss on the CPU failed ({cpu.returncode}): {cpu.stderr[-600:]}")
+        return
+    for want in ("attention sinks", "sliding window of 6 positions on the even layers",
+                 "softmax over the chosen gating", "clamped SwiGLU"):
+        if want not in cpu.stderr:
+            fail(f"gpt-oss: run -v does not say '{want}': {cpu.stderr[-800:]}")
+    if has_vk:
+        for name, flags in [("whole", []), ("--cpu-moe", ["-ngl", "all", "--cpu-moe"]),
+                            ("--n-cpu-moe 1", ["-ngl", "all", "--n-cpu-moe", "1"])]:
+            r = run([b] + gen + ["--device", "vulkan:0"] + flags)
+            if r.returncode != 0 or r.stdout != cpu.stdout:
+                fail(f"gpt-oss on vulkan:0 ({name}): exit {r.returncode}, text "
+                     f"{r.stdout!r} against the CPU's {cpu.stdout!r}: {r.stderr[-400:]}")
+            else:
+                print(f"gpt-oss on vulkan:0 ({name}): the CPU's text;",
+                      *plan_lines(r), sep="\n  ")
+
+    def broken(name, change):
+        path = os.path.join(tmp, name + ".gguf")
+        q = make_llama_gguf.ModelParams(arch="gpt-oss", head_dim_override=32, n_expert=4,
+                                        n_expert_used=2, sliding_window=4, seed=5)
+        change(q)
+        make_llama_gguf.write_model(path, q)
+        return path
+
+    orig_specs = make_llama_gguf.tensor_specs_new_arch
+    make_llama_gguf.tensor_specs_new_arch = lambda q: [
+        s for s in orig_specs(q) if s.name != "blk.1.attn_sinks.weight"]
+    try:
+        no_sinks = broken("no_sinks", lambda q: None)
+    finally:
+        make_llama_gguf.tensor_specs_new_arch = orig_specs
+    orig_meta = make_llama_gguf.write_new_arch_metadata
+    def no_window_meta(writer, q):
+        window, q.sliding_window = q.sliding_window, 0
+        try:
+            orig_meta(writer, q)
+        finally:
+            q.sliding_window = window
+    make_llama_gguf.write_new_arch_metadata = no_window_meta
+    try:
+        no_window = broken("no_window", lambda q: None)
+    finally:
+        make_llama_gguf.write_new_arch_metadata = orig_meta
+    for path, want in [(no_sinks, "blk.1.attn_sinks.weight"), (no_window, "sliding_window")]:
+        r = run([b, "run", "-m", path, "-p", "a", "-n", "2", "--no-template"])
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 1 or want not in r.stderr or len(lines) != 1:
+            fail(f"gpt-oss without {want}: exit {r.returncode}: {r.stderr[-400:]}")
+        else:
+            print(f"gpt-oss without {want}:", lines[0])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -154,6 +219,8 @@ def main():
                 fail("doctor --json gives no experts_bytes")
         except json.JSONDecodeError:
             fail(f"doctor --json is not JSON: {r.stdout[:300]} {r.stderr[-300:]}")
+
+        check_gpt_oss(b, tmp, has_vk)
 
         for bad in ("-1", "x"):
             r = run([b] + gen + ["--n-cpu-moe", bad])
