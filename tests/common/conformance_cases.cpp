@@ -40,8 +40,8 @@ std::vector<int32_t> iota(int32_t from, int32_t to) {
 
 // Mixture-of-experts ops: top_k at row lengths of real routers and with ties, the router's
 // weights under each gating, matmul_id over every weight family with one expert chosen by all
-// tokens, experts chosen by none, k = E, prompts of 70 tokens (the grouped path), one input for
-// all slots or one per slot; expert_sum.
+// tokens, experts chosen by none, k = E, prompts of 9, 70 and 1100 tokens (the grouped paths),
+// one input for all slots or one per slot; expert_sum.
 void add_expert_cases(std::vector<std::pair<std::string, Builder>>& builders) {
   for (int64_t n : {8, 60, 128}) {
     for (int64_t k : {int64_t(1), int64_t(2), int64_t(8), n}) {
@@ -111,6 +111,19 @@ void add_expert_cases(std::vector<std::pair<std::string, Builder>>& builders) {
             c.tolerance = Case::matmul_tolerance(t);
           });
     }
+  }
+  // The GPUs' grouped prompt kernels: 130 rows (two tiles of 64 and a part), and 1100 tokens,
+  // which they gather in two windows of 1024.
+  for (DType t : {DType::F32, DType::Q4_0}) {
+    builders.emplace_back(
+        fmt::format("matmul_id {} K=64 N=130: 1100 tokens, 2 of 8", dtype_name(t)),
+        [=](Case& c, std::mt19937& rng) {
+          Tensor* w = c.random_leaf("experts", t, {64, 130, 8, 1}, rng);
+          Tensor* x = c.random_leaf("x", DType::F32, {64, 1, 1100, 1}, rng);
+          Tensor* ids = expert_ids(c, rng, 2, 1100, iota(0, 8));
+          c.out = c.graph.matmul_id(w, x, ids);
+          c.tolerance = Case::matmul_tolerance(t);
+        });
   }
   for (auto [n, k, T] : std::vector<std::array<int64_t, 3>>{{37, 3, 5}, {64, 1, 1}, {130, 8, 70}}) {
     builders.emplace_back(fmt::format("expert_sum {} x {} x {}", n, k, T),

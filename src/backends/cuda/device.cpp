@@ -209,6 +209,7 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
                            dtype_name(n.src[0]->type));
       if (std::string why = experts_operands_problem(n); !why.empty()) return why;
       if (n.src[2]->n_elements() > 65535LL * 65535) return "more than 65535^2 chosen experts";
+      if (n.src[0]->ne[2] >= 65535) return "more than 65534 experts";
       return {};
     case OpKind::Count:
       break;

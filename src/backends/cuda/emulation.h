@@ -321,6 +321,12 @@ inline void __syncthreads() {
   ps::emu::Block::in_progress()->wait(ps::emu::Block::State::kAtBlockBarrier);
 }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// A block's threads switch only at barriers, so a plain read-modify-write is atomic here.
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
 
 struct __half {
   uint16_t bits;

@@ -1,8 +1,10 @@
 // Mixture-of-experts ops (graph/ops.h), as backends/cpu/moe.cpp: choosing experts per token,
 // their weights, the matmul over the chosen experts only, and the weighted sum of their outputs.
-// matmul_id takes one warp per (weight row, slot and token) pair, as matmul's decode kernel
-// does per row: each pair reads only its expert's rows. (Tokens are not yet grouped per expert
-// here, so a prompt reads a chosen expert's rows once per token that chose it.)
+// matmul_id decodes with one warp per (weight row, slot and token) pair, as matmul's decode
+// kernel does per row: each pair reads only its expert's rows. Prompts group the tokens per
+// expert: a block takes 64 rows of one expert and the pairs that chose it, gathered into shared
+// memory, and computes 64 x 64 tiles of them as matmul's prompt kernel does, so the expert's
+// weights are read once per 64 of its tokens.
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/weights.cuh"
 #include "graph/ops.h"
@@ -96,6 +98,88 @@ __global__ void matmul_id_kernel(View w, View x, View ids, View d) {
   if (lane == 0) *out = s;
 }
 
+constexpr int kTile = 64, kTileThreads = 256;
+constexpr int64_t kTileFrom = 9;     // tokens from which prompts take the tiles (as matmul)
+constexpr int64_t kIdWindow = 1024;  // tokens scanned per pass: at most this many pairs match
+
+// Block (x, y): weight rows [64 x, 64 x + 64) of expert y and the pairs that chose it; block y
+// == E writes NaN for the pairs whose id lies outside the experts.
+template <DType T>
+__global__ void matmul_id_tile_kernel(View w, View x, View ids, View d) {
+  __shared__ float ws[kTile][33];
+  __shared__ float xs[kTile][33];
+  __shared__ int32_t list[kIdWindow];
+  __shared__ int count;
+  const int64_t K = w.ne[0], N = w.ne[1], E = w.ne[2], k = ids.ne[0], n_tok = ids.ne[1];
+  const int64_t n0 = int64_t(blockIdx.x) * kTile, expert = blockIdx.y;
+  const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
+  const auto at = [&](int64_t pair) {
+    return reinterpret_cast<float*>(d.data + (pair % k) * d.nb[1] + (pair / k) * d.nb[2]);
+  };
+  float v[32];
+  for (int64_t tok0 = 0; tok0 < n_tok; tok0 += kIdWindow) {
+    if (tid == 0) count = 0;
+    __syncthreads();
+    const int64_t end = imin<int64_t>(n_tok, tok0 + kIdWindow);
+    for (int64_t q = tok0 * k + tid; q < end * k; q += kTileThreads) {
+      const int32_t e = reinterpret_cast<const int32_t*>(ids.data + (q / k) * ids.nb[1])[q % k];
+      if (e < 0 || e >= E) {
+        if (expert == E)
+          for (int64_t n = n0; n < imin<int64_t>(N, n0 + kTile); ++n) at(q)[n] = NAN;
+      } else if (e == expert) {
+        list[atomicAdd(&count, 1)] = int32_t(q);
+      }
+    }
+    __syncthreads();
+    const int c = count;
+    for (int m0 = 0; m0 < c; m0 += kTile) {
+      float acc[4][4] = {};
+      for (int64_t g = 0; 32 * g < K; ++g) {
+        if (tid < kTile) {  // one weight row's group per thread
+          if (n0 + tid < N) {
+            decode32<T>(
+                reinterpret_cast<const uint8_t*>(w.data + expert * w.nb[2] + (n0 + tid) * w.nb[1]),
+                g, K, v);
+          } else {
+            for (int i = 0; i < 32; ++i) v[i] = 0.0f;
+          }
+          for (int i = 0; i < 32; ++i) ws[tid][i] = v[i];
+        }
+        for (int e = tid; e < kTile * 32; e += kTileThreads) {
+          const int m = e / 32, i = e % 32;
+          const int64_t kk = 32 * g + i;
+          float value = 0.0f;
+          if (m0 + m < c && kk < K) {
+            const int64_t pair = list[m0 + m];
+            value = reinterpret_cast<const float*>(
+                x.data + (x.ne[1] == 1 ? 0 : pair % k) * x.nb[1] + (pair / k) * x.nb[2])[kk];
+          }
+          xs[m][i] = value;
+        }
+        __syncthreads();
+        for (int i = 0; i < 32; ++i) {
+          float a[4], b[4];
+          for (int r = 0; r < 4; ++r) a[r] = ws[ty + 16 * r][i];
+          for (int cc = 0; cc < 4; ++cc) b[cc] = xs[tx + 16 * cc][i];
+          for (int r = 0; r < 4; ++r)
+            for (int cc = 0; cc < 4; ++cc) acc[r][cc] += a[r] * b[cc];
+        }
+        __syncthreads();
+      }
+      for (int cc = 0; cc < 4; ++cc) {
+        const int m = m0 + tx + 16 * cc;
+        if (m >= c) break;
+        float* out = at(list[m]);
+        for (int r = 0; r < 4; ++r) {
+          const int64_t n = n0 + ty + 16 * r;
+          if (n < N) out[n] = acc[r][cc];
+        }
+      }
+    }
+    __syncthreads();  // every thread has read count and list before the next window resets them
+  }
+}
+
 __global__ void expert_sum_kernel(View x, View w, View d) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t t = blockIdx.y;
@@ -129,6 +213,15 @@ void expert_weights(const Launch& l, const Tensor& node) {
 void matmul_id(const Launch& l, const Tensor& node) {
   const Tensor& wt = *node.src[0];
   const Tensor& ids = *node.src[2];
+  if (ids.ne[1] >= kTileFrom) {
+    const dim3 grid(unsigned((wt.ne[1] + kTile - 1) / kTile), unsigned(wt.ne[2] + 1));
+    with_weight_type(wt.type, [&]<DType T>() {
+      PS_LAUNCH(matmul_id_tile_kernel<T>, grid, kTileThreads, l.stream, view_of(wt),
+                view_of(*node.src[1]), view_of(ids), view_of(node));
+    });
+    check_launch("matmul_id");
+    return;
+  }
   const int64_t pairs = ids.ne[0] * ids.ne[1];
   const int rows_per_block = kThreads / l.warp;
   const unsigned gy = unsigned(pairs < 65535 ? pairs : 65535);

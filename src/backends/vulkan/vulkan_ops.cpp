@@ -218,6 +218,7 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       if (std::string why = experts_operands_problem(n); !why.empty()) return why;
       if (!extras_.subgroup_arithmetic)
         return "the matmul kernel needs subgroup arithmetic in compute shaders";
+      if (n.src[0]->ne[2] + 1 > kMaxGroups) return "more than 65534 experts";
       return {};
     case OpKind::Count:
       break;
@@ -430,6 +431,19 @@ void VulkanDevice::run(Tensor& n) {
       strides(p.d_nb, n, sizeof(float));
       p.iparam = int32_t(ids.ne[0]);
       p.op = uint32_t(a->ne[2]);
+      if (ids.ne[1] >= kTileFrom) {
+        // Prompts: a workgroup per 64 weight rows (x, continued over z) and expert (y, one more
+        // for the ids outside the experts) over the tokens that chose it.
+        uint32_t gx = ceil_div(uint64_t(a->ne[1]), kTile), gz_rows = 1;
+        if (gx > kMaxGroups) {
+          gz_rows = ceil_div(gx, kMaxGroups);
+          gx = ceil_div(gx, gz_rows);
+        }
+        dispatch(fmt::format("matmul_id_tile_{}", weight_suffix(a->type)), {a, 1},
+                 {&x, sizeof(float)}, {&n, sizeof(float)}, {&ids, sizeof(int32_t)}, p, gx,
+                 uint32_t(a->ne[2] + 1), gz_rows);
+        return;
+      }
       // A workgroup per ROWS (4) weight rows and (slot, token) pair, the pairs over y and z.
       row_grid(uint64_t(ids.ne[0] * ids.ne[1]), gy, gz);
       dispatch(fmt::format("matmul_id_{}", weight_suffix(a->type)), {a, 1}, {&x, sizeof(float)},

@@ -5,7 +5,8 @@
 // (slot, token) pair: only the chosen experts' rows are read. Weights of any GGUF type
 // (WTYPE_*, weights.glsl) with byte strides: a_nb[1] a row, a_nb[2] an expert. src1 F32 [K, B, T]
 // (b_ne, b_nb); output F32 [N, k, T] (d_nb); ids I32 [k, T] at binding 3 from v_off, k = iparam;
-// p.op = the number of experts: an id outside them writes NaN.
+// p.op = the number of experts: an id outside them writes NaN. For decoding; prompts take
+// matmul_id_tile.comp, which groups the tokens per expert.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "reduce.glsl"
