@@ -166,6 +166,12 @@ def cases() -> list[Case]:
              ref_kwargs=dict(n_ctx=512)),
         Case("phi3_longrope_partial_long", P(seed=21, n_rot_override=8, **lr), ctx=512,
              ref_kwargs=dict(n_ctx=512)),
+        # llama with rope.scaling.type "longrope": the same factors as phi3's, the same choice.
+        Case("llama_longrope_short", P(seed=28, longrope=True, ctx=1024, original_context=256),
+             ctx=256, ref_kwargs=dict(n_ctx=256), ablation=("with the long factors", _long_factors)),
+        Case("llama_longrope_long", P(seed=27, longrope=True, ctx=1024, original_context=256),
+             ctx=512, ref_kwargs=dict(n_ctx=512),
+             ablation=("with the short factors", _short_factors)),
         # YaRN (a low RoPE base and small original contexts put the ramp inside the head).
         Case("llama_yarn", P(seed=22, rope_scaling="yarn", rope_scale_factor=4.0,
                              original_context=512, rope_freq_base=1000.0),

@@ -52,7 +52,9 @@ attention.sliding_window (--sliding-window, 0 = none) are always written, as the
 --longrope adds LongRoPE's rope_factors_long / rope_factors_short (F32, n_rot/2, fixed smooth
 ramps, long > short) and rope.scaling.attn_factor, by default the converter's
 sqrt(1 + ln(ctx / original) / ln(original)) (1 when ctx <= original); --rope-attn-factor sets it,
---no-rope-attn-factor leaves the key out (llama.cpp then uses 1).
+--no-rope-attn-factor leaves the key out (llama.cpp then uses 1). On llama, --longrope also writes
+rope.scaling.type "longrope" and rope.scaling.original_context_length, with which llama.cpp reads
+the same factors for that architecture.
 --arch gpt-oss (OpenAI's gpt-oss as llama.cpp's converter writes it): Q/K/V and attn_output
 with biases, attn_sinks (one logit per query head), post_attention_norm as the feed-forward's
 input norm (no ffn_norm), a head size of its own (attention.key_length, 32 with the tiny
@@ -325,6 +327,14 @@ def tensor_specs_any(p: ModelParams) -> list[TensorSpec]:
         factors = llama3_rope_freqs(p)
         specs.insert(0, TensorSpec("rope_freqs.weight", factors.shape, QT.F32,
                                    lambda rng: factors, random=False))
+    if p.arch == "llama" and p.longrope:  # as for phi3, first in the file and without a seed
+        long_f, short_f = longrope_factors(p)
+        specs[:0] = [
+            TensorSpec("rope_factors_long.weight", long_f.shape, QT.F32, lambda rng: long_f,
+                       random=False),
+            TensorSpec("rope_factors_short.weight", short_f.shape, QT.F32, lambda rng: short_f,
+                       random=False),
+        ]
     return specs
 
 
@@ -552,8 +562,10 @@ def check_params(p: ModelParams) -> None:
         raise ValueError("--high-freq-factor must differ from --low-freq-factor")
     yarn = p.rope_scaling == "yarn"
     if (p.longrope or p.omit_rope_attn_factor or (p.rope_attn_factor is not None and not yarn)) \
-            and p.arch != "phi3":
-        raise ValueError("LongRoPE options are for phi3")
+            and p.arch not in ("phi3", "llama"):
+        raise ValueError("LongRoPE options are for phi3 and llama")
+    if p.longrope and p.rope_freqs != "none":
+        raise ValueError("--longrope and --rope-freqs exclude each other")
     if (p.rope_attn_factor is not None or p.omit_rope_attn_factor) and not (p.longrope or yarn):
         raise ValueError("--rope-attn-factor / --no-rope-attn-factor need --longrope or yarn")
     if yarn and p.longrope:
@@ -562,8 +574,8 @@ def check_params(p: ModelParams) -> None:
                                                  p.yarn_beta_slow, p.yarn_log_multiplier)):
         raise ValueError("--yarn-* options need --rope-scaling yarn")
     if p.original_context is not None and p.rope_freqs == "none" and p.arch != "phi3" \
-            and not yarn:
-        raise ValueError("--original-context is for --rope-freqs llama3, yarn and phi3")
+            and not yarn and not p.longrope:
+        raise ValueError("--original-context is for --rope-freqs llama3, yarn, longrope and phi3")
     if p.original_context is not None and p.original_context < 1:
         raise ValueError("--original-context must be positive")
     if p.n_rot_override is not None and p.arch != "phi3":
@@ -652,6 +664,11 @@ def write_llama_gemma3_metadata(writer: gguf.GGUFWriter, p: ModelParams) -> None
     if p.rope_freq_base_swa is not None:
         writer.add_float32(f"{p.arch}.rope.freq_base_swa", p.rope_freq_base_swa)
     write_rope_scaling(writer, p)
+    if p.longrope:  # llama: the type name (as MiniCPM's converter writes it), the original context
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+        writer.add_rope_scaling_orig_ctx_len(p.orig_ctx)
+        if not p.omit_rope_attn_factor:
+            writer.add_rope_scaling_attn_factors(longrope_attn_factor(p))
     write_expert_metadata(writer, p)
 
 
@@ -779,7 +796,7 @@ def add_new_arch_arguments(ap: argparse.ArgumentParser) -> None:
                     help="llama3: original_max_position_embeddings (8192); phi3: "
                          "rope.scaling.original_context_length (default: --ctx)")
     ap.add_argument("--longrope", action="store_true",
-                    help="phi3: rope_factors_long / rope_factors_short and attn_factor")
+                    help="phi3, llama: rope_factors_long / rope_factors_short and attn_factor")
     ap.add_argument("--rope-attn-factor", type=float,
                     help="phi3 --longrope: rope.scaling.attn_factor (default: the converter's)")
     ap.add_argument("--no-rope-attn-factor", action="store_true",

@@ -2,7 +2,7 @@
 // attention, a SwiGLU feed-forward):
 //   llama  Llama 1/2/3, Mistral, TinyLlama, SmolLM: RoPE on adjacent pairs (GGUF's layout of
 //          llama's Q and K rows); Llama 3.1+ files carry rope_freqs.weight, per-pair frequency
-//          factors.
+//          factors; with rope.scaling.type "longrope", LongRoPE's factors as phi3 has them.
 //   qwen2  Qwen 2 / 2.5 (and DeepSeek-R1-Distill-Qwen): biases on Q, K and V; NeoX RoPE.
 //   qwen3  dense Qwen 3: RMSNorm of each query and key head (QK-norm) before RoPE; a head size
 //          of its own (attention.key_length); NeoX RoPE.
@@ -46,13 +46,13 @@ class LlamaFamilyModel final : public Model {
     load_embeddings(f);
     const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
 
-    if (a == "llama") {
+    if (a == "llama" && !p.longrope) {
       rope_factors_ = vector_weight(f, "rope_freqs.weight", p.n_rot / 2, "RoPE frequency factors",
                                     /*optional=*/true);
       if (rope_factors_)
         p.features.push_back("RoPE frequency factors (rope_freqs.weight, Llama 3.1 style)");
     }
-    if (phi3) {
+    if (phi3 || p.longrope) {
       factors_short_ = vector_weight(f, "rope_factors_short.weight", p.n_rot / 2,
                                      "LongRoPE factors", /*optional=*/true);
       factors_long_ = vector_weight(f, "rope_factors_long.weight", p.n_rot / 2, "LongRoPE factors",
@@ -72,6 +72,13 @@ class LlamaFamilyModel final : public Model {
         p.features.push_back(fmt::format(
             "LongRoPE (short factors up to a context of {}, long beyond; attn_factor {:.4g})",
             n_ctx_orig_, attn_factor_));
+      else if (p.longrope)
+        throw ModelError(fmt::format(
+            "{}: rope.scaling.type is 'longrope' but the file has no rope_factors_long.weight "
+            "and rope_factors_short.weight",
+            f.path()));
+    }
+    if (phi3) {
       window_ = sliding_window(f, a);
       if (window_ > 0) {
         p.layer_window.assign(size_t(p.n_layer), window_);

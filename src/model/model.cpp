@@ -91,9 +91,20 @@ void Model::read_transformer_params(const gguf::File& f, const std::string& a) {
     if (factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
   } else if (scaling == "yarn") {
     read_yarn_params(f, a, factor);
+  } else if (scaling == "longrope") {
+    // LongRoPE's per-pair factors are tensors (rope_factors_long / _short) that llama.cpp reads
+    // for llama and phi3 (the architecture picks them); a factor, if any, scales as linear does.
+    if (a != "llama" && a != "phi3")
+      throw ModelError(
+          fmt::format("{}: metadata '{}' = 'longrope' is read for llama and phi3 (their "
+                      "rope_factors_long / rope_factors_short), not {}",
+                      f.path(), scaling_key, a));
+    p.longrope = true;
+    if (factor > 0.0f) p.rope_freq_scale = 1.0f / factor;
   } else {
-    throw ModelError(fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear, yarn)",
-                                 f.path(), scaling_key, scaling));
+    throw ModelError(
+        fmt::format("{}: metadata '{}' = '{}' is not supported (none, linear, yarn, longrope)",
+                    f.path(), scaling_key, scaling));
   }
   // Where the file says what it was trained for before the scaling, the factor extends that;
   // else context_length is taken as it stands (converters often give the extended one there).

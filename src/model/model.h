@@ -43,6 +43,8 @@ struct ModelParams {
     float ext_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, mscale = 1.0f;
     int64_t n_ctx_orig = 0;
   } yarn;
+  // rope.scaling.type "longrope" (llama, phi3): LongRoPE's factor tensors are read.
+  bool longrope = false;
   bool tied_output = false;
   // A mixture of experts in every block's feed-forward (n_expert > 0): n_expert_used experts
   // of n_ff_expert each run per token, weighted as `expert_weights` says; n_ff_shared > 0: a

@@ -121,8 +121,17 @@ def main() -> int:
         case("rope_freqs of the wrong length", "llama", "tensor 'rope_freqs.weight' has shape",
              add={"rope_freqs.weight": freqs[:-1]})
         case("an unknown rope scaling type", "llama",
-             "metadata 'llama.rope.scaling.type' = 'longrope' is not supported",
-             kv={"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 4.0})
+             "metadata 'llama.rope.scaling.type' = 'su-v2' is not supported",
+             kv={"llama.rope.scaling.type": "su-v2", "llama.rope.scaling.factor": 4.0})
+        case("longrope without its factor tensors", "llama",
+             "rope.scaling.type is 'longrope' but the file has no rope_factors_long.weight",
+             kv={"llama.rope.scaling.type": "longrope"})
+        case("longrope on an architecture without LongRoPE factors", "qwen2",
+             "metadata 'qwen2.rope.scaling.type' = 'longrope' is read for llama and phi3",
+             kv={"qwen2.rope.scaling.type": "longrope"})
+        longrope = {"rope_factors_long.weight": freqs, "rope_factors_short.weight": freqs[::-1]}
+        case("llama with longrope runs", "llama", None, add=longrope,
+             kv={"llama.rope.scaling.type": "longrope"})
         yarn = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
                 "llama.rope.scaling.original_context_length": 32}
         case("llama with YaRN runs", "llama", None, kv=yarn)

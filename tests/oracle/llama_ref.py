@@ -71,7 +71,9 @@ llama.cpp's GGUF layout):
     context_length), else the short ones, as llama.cpp's llama_model::get_rope_factors picks
     them (n_ctx_seq > n_ctx_orig_yarn). Pass RefModel(path, n_ctx=...) the context per sequence
     the run being checked uses (llama.cpp pads it to a multiple of 256); without it the
-    reference takes context_length, as llama.cpp does for -c 0.
+    reference takes context_length, as llama.cpp does for -c 0. llama files with
+    rope.scaling.type "longrope" take the same factors the same way (llama.cpp loads them for
+    that architecture when the type says so).
   - phi3 sliding window: attention.sliding_window = W > 0 makes every layer a sliding layer
     (a query at position p sees p - W + 1 .. p, HF's sliding_window_causal mask). llama.cpp
     (llama_model_phi3::load_arch_hparams) currently ignores it and attends causally over the
@@ -218,13 +220,15 @@ class RefModel:
             }
         if arch == "llama" and self.has("rope_freqs.weight"):
             hp.rope_freq_factors = self.weight("rope_freqs.weight")
-        if arch == "phi3":
-            n_orig = int(self.field("phi3.rope.scaling.original_context_length",
-                                    int(self.field("phi3.context_length"))))
+        longrope = arch == "llama" and self.field("llama.rope.scaling.type", "") == "longrope"
+        if arch == "phi3" or longrope:
+            n_orig = int(self.field(f"{a}.rope.scaling.original_context_length",
+                                    int(self.field(f"{a}.context_length"))))
             name = ("rope_factors_long.weight" if hp.n_ctx > n_orig
                     else "rope_factors_short.weight")
             if self.has(name):
                 hp.rope_freq_factors = self.weight(name)
+        if arch == "phi3":
             hp.sliding_window = int(self.field("phi3.attention.sliding_window", 0))
             if not phi3_sliding_window:
                 hp.sliding_window = 0
