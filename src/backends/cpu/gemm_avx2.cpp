@@ -201,10 +201,7 @@ struct IQ4_XSTraits {
   }
   static float scale_sub(const WBlock* row, int64_t b) {
     const WBlock& x = row[b / 8];
-    const int ib = int(b % 8);
-    const int lo = (x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-    const int hi = (x.scales_h >> (2 * ib)) & 3;
-    return half_to_float(x.d) * float((lo | (hi << 4)) - 32);
+    return half_to_float(x.d) * float(iq4_xs_sub_scale(x, int(b % 8)));
   }
 };
 

@@ -231,12 +231,6 @@ __m512i looked_up_pair(const int8_t* table, const uint8_t* qs0, const uint8_t* q
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
   return _mm512_shuffle_epi8(t, unpack_nibbles_pair<single>(qs0, qs1));
 }
-float e8m0_half(uint8_t e) {
-  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 // Floats f0 and f1 over lanes 0..7 and 8..15.
 __m512 float_pair(float f0, float f1) {
   return _mm512_insertf32x8(_mm512_set1_ps(f0), _mm256_set1_ps(f1), 1);
@@ -271,9 +265,7 @@ struct IQ4_XSTraits {
   static constexpr int offset = 128;
   static constexpr bool has_min = false;
   static float sub_scale(const WBlock& x, int ib) {
-    const int lo = (x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-    const int hi = (x.scales_h >> (2 * ib)) & 3;
-    return half_to_float(x.d) * float((lo | (hi << 4)) - 32);
+    return half_to_float(x.d) * float(iq4_xs_sub_scale(x, ib));
   }
   template <bool single>
   static __m512i unpack_at(const WBlock* row, int64_t b) {

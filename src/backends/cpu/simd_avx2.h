@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
+
 namespace ps::cpu {
 namespace {
 
@@ -23,6 +25,13 @@ inline float e8m0_half(uint8_t e) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// IQ4_XS sub-block ib's 6-bit scale, minus 32 (as core/dtype.h's iq4_xs_scale).
+inline int iq4_xs_sub_scale(const BlockIQ4_XS& b, int ib) {
+  const int lo = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+  const int hi = (b.scales_h >> (2 * ib)) & 3;
+  return (lo | (hi << 4)) - 32;
 }
 
 // The sum of the 8 lanes.

@@ -163,11 +163,9 @@ __m256 block_q5_1(const BlockQ5_1& w, const BlockQ8_1& a) {
 
 // The codebook types: each nibble looks its int8 value up in the 16-byte table (vpshufb, the
 // table in both 128-bit lanes), then as Q8_0.
-__m256 block_iq4_nl(const BlockIQ4_NL& w, const BlockQ8_0& a) {
-  return dot_i8_i8(looked_up(w.qs, codebook(kIq4nlValues)), load_bytes(a.qs));
-}
-__m256 block_mxfp4(const BlockMXFP4& w, const BlockQ8_0& a) {
-  return dot_i8_i8(looked_up(w.qs, codebook(kMxfp4Values)), load_bytes(a.qs));
+template <typename WBlock, const int8_t* kValues>
+__m256 block_codebook(const WBlock& w, const BlockQ8_0& a) {
+  return dot_i8_i8(looked_up(w.qs, codebook(kValues)), load_bytes(a.qs));
 }
 
 // IQ4_XS: sub-block ib of super-block b against activation block 8 b + ib, each with its scale
@@ -183,9 +181,7 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
     const BlockQ8_0* ab = a + b * (QK_K / 32);
 #pragma GCC unroll 8
     for (int ib = 0; ib < QK_K / 32; ++ib) {
-      const int lo = (w[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-      const int hi = (w[b].scales_h >> (2 * ib)) & 3;
-      const float scale = d * float((lo | (hi << 4)) - 32) * half_to_float(ab[ib].d);
+      const float scale = d * float(iq4_xs_sub_scale(w[b], ib)) * half_to_float(ab[ib].d);
       acc[ib % 4] = _mm256_fmadd_ps(
           _mm256_set1_ps(scale),
           dot_i8_i8(looked_up(w[b].qs + 16 * ib, table), load_bytes(ab[ib].qs)), acc[ib % 4]);
@@ -293,10 +289,12 @@ constexpr DotKernel kQ5_0{DType::Q8_0, kActQ8_0,
                           dot_quant<BlockQ5_0, BlockQ8_0, block_q5_0, false>};
 constexpr DotKernel kQ4_1{DType::Q8_1, kActQ8_1, dot_quant<BlockQ4_1, BlockQ8_1, block_q4_1, true>};
 constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1, dot_quant<BlockQ5_1, BlockQ8_1, block_q5_1, true>};
-constexpr DotKernel kIQ4_NL{DType::Q8_0, kActQ8_0,
-                            dot_quant<BlockIQ4_NL, BlockQ8_0, block_iq4_nl, false>};
-constexpr DotKernel kMXFP4{DType::Q8_0, kActQ8_0,
-                           dot_quant<BlockMXFP4, BlockQ8_0, block_mxfp4, false>};
+constexpr DotKernel kIQ4_NL{
+    DType::Q8_0, kActQ8_0,
+    dot_quant<BlockIQ4_NL, BlockQ8_0, block_codebook<BlockIQ4_NL, kIq4nlValues>, false>};
+constexpr DotKernel kMXFP4{
+    DType::Q8_0, kActQ8_0,
+    dot_quant<BlockMXFP4, BlockQ8_0, block_codebook<BlockMXFP4, kMxfp4Values>, false>};
 constexpr DotKernel kIQ4_XS{DType::Q8_0, kActQ8_0, dot_iq4_xs};
 
 }  // namespace

@@ -235,10 +235,7 @@ float block_scale(const WBlock& w, const ABlock& a) {
   return half_to_float(w.d) * half_to_float(a.d);
 }
 float block_scale(const BlockMXFP4& w, const BlockQ8_0& a) {
-  const uint32_t bits = w.e < 2 ? uint32_t(0x00200000) << w.e : uint32_t(w.e - 1) << 23;
-  float d;
-  std::memcpy(&d, &bits, 4);
-  return d * half_to_float(a.d);
+  return e8m0_half(w.e) * half_to_float(a.d);
 }
 
 template <typename WBlock, typename ABlock, __m512i (*pair_dot)(const WBlock*, const ABlock*),
@@ -318,22 +315,16 @@ __m512i codebook512(const int8_t* values) {
 __m256i codebook256(const int8_t* values) {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
-__m512i pair_iq4_nl(const BlockIQ4_NL* w, const BlockQ8_0* a) {
+// IQ4_NL and MXFP4 blocks differ in their table (and scale) only.
+template <typename WBlock, const int8_t* kValues>
+__m512i pair_codebook(const WBlock* w, const BlockQ8_0* a) {
   const __m512i q =
-      _mm512_shuffle_epi8(codebook512(kIq4nlValues), unpack_nibbles_pair(w[0].qs, w[1].qs));
+      _mm512_shuffle_epi8(codebook512(kValues), unpack_nibbles_pair(w[0].qs, w[1].qs));
   return dot_i8_i8(q, load_pair(a[0].qs, a[1].qs));
 }
-__m256i block_iq4_nl(const BlockIQ4_NL& w, const BlockQ8_0& a) {
-  return dot_i8_i8(_mm256_shuffle_epi8(codebook256(kIq4nlValues), unpack_nibbles(w.qs)),
-                   load_block(a.qs));
-}
-__m512i pair_mxfp4(const BlockMXFP4* w, const BlockQ8_0* a) {
-  const __m512i q =
-      _mm512_shuffle_epi8(codebook512(kMxfp4Values), unpack_nibbles_pair(w[0].qs, w[1].qs));
-  return dot_i8_i8(q, load_pair(a[0].qs, a[1].qs));
-}
-__m256i block_mxfp4(const BlockMXFP4& w, const BlockQ8_0& a) {
-  return dot_i8_i8(_mm256_shuffle_epi8(codebook256(kMxfp4Values), unpack_nibbles(w.qs)),
+template <typename WBlock, const int8_t* kValues>
+__m256i block_codebook(const WBlock& w, const BlockQ8_0& a) {
+  return dot_i8_i8(_mm256_shuffle_epi8(codebook256(kValues), unpack_nibbles(w.qs)),
                    load_block(a.qs));
 }
 
@@ -349,9 +340,7 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
     alignas(32) float ls[8];
     alignas(16) uint16_t ad[8];
     for (int ib = 0; ib < 8; ++ib) {
-      const int lo = (w[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-      const int hi = (w[b].scales_h >> (2 * ib)) & 3;
-      ls[ib] = float((lo | (hi << 4)) - 32);
+      ls[ib] = float(iq4_xs_sub_scale(w[b], ib));
       ad[ib] = ab[ib].d;
     }
     const __m256 d = _mm256_set1_ps(half_to_float(w[b].d));
@@ -426,10 +415,13 @@ constexpr DotKernel kQ4_1{DType::Q8_1, kActQ8_1,
                           dot_quant<BlockQ4_1, BlockQ8_1, pair_q4_1, block_q4_1, true>};
 constexpr DotKernel kQ5_1{DType::Q8_1, kActQ8_1,
                           dot_quant<BlockQ5_1, BlockQ8_1, pair_q5_1, block_q5_1, true>};
-constexpr DotKernel kIQ4_NL{DType::Q8_0, kActQ8_0,
-                            dot_quant<BlockIQ4_NL, BlockQ8_0, pair_iq4_nl, block_iq4_nl, false>};
+constexpr DotKernel kIQ4_NL{
+    DType::Q8_0, kActQ8_0,
+    dot_quant<BlockIQ4_NL, BlockQ8_0, pair_codebook<BlockIQ4_NL, kIq4nlValues>,
+              block_codebook<BlockIQ4_NL, kIq4nlValues>, false>};
 constexpr DotKernel kMXFP4{DType::Q8_0, kActQ8_0,
-                           dot_quant<BlockMXFP4, BlockQ8_0, pair_mxfp4, block_mxfp4, false>};
+                           dot_quant<BlockMXFP4, BlockQ8_0, pair_codebook<BlockMXFP4, kMxfp4Values>,
+                                     block_codebook<BlockMXFP4, kMxfp4Values>, false>};
 constexpr DotKernel kIQ4_XS{DType::Q8_0, kActQ8_0, dot_iq4_xs};
 
 }  // namespace
