@@ -50,6 +50,12 @@ MODELS = [
                                   "--expert-ff", "32", "--routing", "random", "--rope-scaling",
                                   "yarn", "--rope-scale-factor", "4", "--original-context", "16"]
      + WIDE + ["--dtype", "MXFP4"]),
+    # gpt-oss: biases, sinks, 2-D expert bias tables; llama with LongRoPE by its type name.
+    ("gpt-oss.gguf", ["--arch", "gpt-oss", "--experts", "4", "--experts-used", "2",
+                      "--expert-ff", "16", "--routing", "random", "--sliding-window", "4"]
+     + SMALL),
+    ("llama-longrope.gguf", ["--arch", "llama", "--longrope", "--original-context", "16"]
+     + WIDE),
 ]
 
 
