@@ -149,6 +149,19 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
                                             0, -1, -2, -3, -4, -6, -8, -12};
+// The same tables with 128 added, as bytes (two's complement): the SIMD kernels look levels up
+// unsigned, with an offset of 128, as Q8_0's levels made unsigned.
+inline constexpr int8_t kIq4nlBiased[16] = {1,    24,   45,   63,  79,  93,  106, 118,
+                                            -127, -115, -103, -90, -75, -59, -39, -15};
+inline constexpr int8_t kMxfp4Biased[16] = {-128, -127, -126, -125, -124, -122, -120, -116,
+                                            -128, 127,  126,  125,  124,  122,  120,  116};
+static_assert([] {
+  for (int i = 0; i < 16; ++i)
+    if (uint8_t(kIq4nlBiased[i]) != kIq4nlValues[i] + 128 ||
+        uint8_t(kMxfp4Biased[i]) != kMxfp4Values[i] + 128)
+      return false;
+  return true;
+}());
 struct BlockIQ4_NL {
   uint16_t d;
   uint8_t qs[16];

@@ -783,11 +783,11 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t k, std::mt19937& rn
   return w;
 }
 
-TEST(PackedLayout, Q5_0AndQ8_0x16GroupsHoldEveryLevel) {
+TEST(PackedLayout, Q5_0Q8_0AndCodebookx16GroupsHoldEveryLevel) {
   std::mt19937 rng(3);
   ThreadPool pool(2);
   const int64_t n = 37, k = 96, nb = 3;
-  for (DType t : {DType::Q5_0, DType::Q8_0}) {
+  for (DType t : {DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::MXFP4}) {
     const std::vector<uint8_t> w = random_rows(t, n, k, rng);
     std::vector<uint8_t> packed(w.size(), 0xAA);
     cpu::pack_rows(t, cpu::kPackRowsK, w.data(), packed.data(), k, n, pool);
@@ -808,6 +808,25 @@ TEST(PackedLayout, Q5_0AndQ8_0x16GroupsHoldEveryLevel) {
               const auto& x = *reinterpret_cast<const cpu::BlockQ8_0x16*>(p);
               ASSERT_EQ(x.d[j], d);
               got = fp16_to_f32(x.d[j]) * float(x.qs[i / 4][j][i % 4]);
+            } else if (t == DType::IQ4_NL || t == DType::MXFP4) {
+              // Q4_0x16's order: the nibbles index the type's table.
+              const bool mx = t == DType::MXFP4;
+              const uint8_t(&qs)[4][cpu::kPackRowsK][4] =
+                  mx ? reinterpret_cast<const cpu::BlockMXFP4x16*>(p)->qs
+                     : reinterpret_cast<const cpu::BlockIQ4_NLx16*>(p)->qs;
+              const uint8_t byte = qs[(i % 16) / 4][j][i % 4];
+              const int nibble = i < 16 ? byte & 0x0f : byte >> 4;
+              float scale;
+              if (mx) {
+                const uint8_t e = reinterpret_cast<const cpu::BlockMXFP4x16*>(p)->e[j];
+                ASSERT_EQ(e, src[size_t(b) * block]);
+                scale = e8m0_half_to_f32(e);
+              } else {
+                const uint16_t dd = reinterpret_cast<const cpu::BlockIQ4_NLx16*>(p)->d[j];
+                ASSERT_EQ(dd, d);
+                scale = fp16_to_f32(dd);
+              }
+              got = scale * float(mx ? kMxfp4Values[nibble] : kIq4nlValues[nibble]);
             } else {
               const auto& x = *reinterpret_cast<const cpu::BlockQ5_0x16*>(p);
               ASSERT_EQ(x.d[j], d);
@@ -833,7 +852,7 @@ Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vec
   const cpu::DotKernel& dot = *cpu::dot_kernel_scalar(t);
   const size_t wrow = row_bytes(t, k), arow = row_bytes(DType::Q8_0, k),
                block = wrow / size_t(k / 32);
-  const double c = t == DType::Q8_0 ? 128 : 16;
+  const double c = t == DType::Q5_0 ? 16 : 128;  // Q8_0 and the codebook types: 128
   std::vector<uint8_t> act(arow * size_t(m));
   Reference ref{std::vector<float>(size_t(n * m)), std::vector<double>(size_t(n * m))};
   std::vector<float> wf(static_cast<size_t>(k)), af(static_cast<size_t>(k));
@@ -847,10 +866,11 @@ Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vec
       dequantize_row(t, row, wf.data(), k);
       double s = 0;
       for (int64_t i = 0; i < k; ++i) {
+        const uint8_t* at = row + size_t(i / 32) * block;
         uint16_t d;
-        std::memcpy(&d, row + size_t(i / 32) * block, 2);
-        s += (std::fabs(double(wf[size_t(i)])) + c * std::fabs(fp16_to_f32(d))) *
-             std::fabs(af[size_t(i)]);
+        std::memcpy(&d, at, 2);
+        const float scale = t == DType::MXFP4 ? e8m0_half_to_f32(at[0]) : fp16_to_f32(d);
+        s += (std::fabs(double(wf[size_t(i)])) + c * std::fabs(scale)) * std::fabs(af[size_t(i)]);
       }
       ref.size[size_t(col * n + r)] = s;
     }
@@ -875,11 +895,14 @@ class PackedSmall : public ::testing::TestWithParam<KCase> {
   const cpu::PackedKernel* kernel_ = nullptr;
 };
 
-// Q8_0 at the AVX2 levels: the Q8_0x16 groups read as two halves of 8 rows.
+// Q8_0 at the AVX2 levels: the Q8_0x16 groups read as two halves of 8 rows. IQ4_NL and MXFP4
+// (their levels looked up in a table) at the AVX-512 level only.
 INSTANTIATE_TEST_SUITE_P(
     Packed, PackedSmall,
     ::testing::Values(KCase{DType::Q5_0, IsaLevel::Avx512}, KCase{DType::Q8_0, IsaLevel::Avx512},
-                      KCase{DType::Q8_0, IsaLevel::Avx2}, KCase{DType::Q8_0, IsaLevel::AvxVnni}),
+                      KCase{DType::Q8_0, IsaLevel::Avx2}, KCase{DType::Q8_0, IsaLevel::AvxVnni},
+                      KCase{DType::IQ4_NL, IsaLevel::Avx512},
+                      KCase{DType::MXFP4, IsaLevel::Avx512}),
     [](const auto& info) {
       return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
     });

@@ -221,10 +221,6 @@ struct Q5_1Traits {
 // The codebook types: the nibbles index their table with 128 added (vpshufb per 128-bit lane),
 // which makes the bytes unsigned with c = 128, as Q8_0's. MXFP4's scale is 2^(e - 128); an
 // IQ4_XS super-block is 8 blocks of 32 for the tile (pairs never straddle two).
-const int8_t kIq4nlBiased[16] = {1,    24,   45,   63,  79,  93,  106, 118,
-                                 -127, -115, -103, -90, -75, -59, -39, -15};  // v + 128 as bytes
-const int8_t kMxfp4Biased[16] = {-128, -127, -126, -125, -124, -122, -120, -116,
-                                 -128, 127,  126,  125,  124,  122,  120,  116};
 template <bool single>
 __m512i looked_up_pair(const int8_t* table, const uint8_t* qs0, const uint8_t* qs1) {
   const __m512i t =

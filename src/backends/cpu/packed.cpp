@@ -25,13 +25,17 @@ void pack_q4_0_group(const BlockQ4_0* rows, BlockQ4_0x8* dst, int64_t nb) {
   }
 }
 
-// Group g of rows into BlockQ4_0x16 blocks (see packed.h).
-void pack_q4_0x16_group(const BlockQ4_0* rows, BlockQ4_0x16* dst, int64_t nb) {
+// Group g of rows into BlockQ4_0x16, BlockIQ4_NLx16 or BlockMXFP4x16 blocks (see packed.h).
+template <typename Block, typename Packed>
+void pack_nibbles_x16_group(const Block* rows, Packed* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
-    BlockQ4_0x16& p = dst[b];
+    Packed& p = dst[b];
     for (int j = 0; j < kPackRowsK; ++j) {
-      const BlockQ4_0& src = rows[j * nb + b];
-      p.d[j] = src.d;
+      const Block& src = rows[j * nb + b];
+      if constexpr (std::is_same_v<Block, BlockMXFP4>)
+        p.e[j] = src.e;
+      else
+        p.d[j] = src.d;
       for (int v = 0; v < 4; ++v) std::memcpy(p.qs[v][j], src.qs + 4 * v, 4);
     }
   }
@@ -157,6 +161,8 @@ PackedLayout packed_layout(DType w, int rows, int64_t k) {
     case DType::Q5_0:
     case DType::Q8_0:
     case DType::Q2_K:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
       return {kPackRowsK, row_bytes(w, k)};
     case DType::Q3_K:
       return {kPackRowsK, sizeof(BlockQ3_Kx16) / kPackRowsK * size_t(k / QK_K)};
@@ -201,8 +207,14 @@ void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t
       pack_q4_0_group(reinterpret_cast<const BlockQ4_0*>(from), reinterpret_cast<BlockQ4_0x8*>(to),
                       k / QK4_0);
     else if (w == DType::Q4_0)
-      pack_q4_0x16_group(reinterpret_cast<const BlockQ4_0*>(from),
-                         reinterpret_cast<BlockQ4_0x16*>(to), k / QK4_0);
+      pack_nibbles_x16_group(reinterpret_cast<const BlockQ4_0*>(from),
+                             reinterpret_cast<BlockQ4_0x16*>(to), k / QK4_0);
+    else if (w == DType::IQ4_NL)
+      pack_nibbles_x16_group(reinterpret_cast<const BlockIQ4_NL*>(from),
+                             reinterpret_cast<BlockIQ4_NLx16*>(to), k / 32);
+    else if (w == DType::MXFP4)
+      pack_nibbles_x16_group(reinterpret_cast<const BlockMXFP4*>(from),
+                             reinterpret_cast<BlockMXFP4x16*>(to), k / 32);
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
                     k / QK_K);

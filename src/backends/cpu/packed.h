@@ -96,6 +96,20 @@ struct BlockQ4_0x16 {
 };
 static_assert(sizeof(BlockQ4_0x16) == kPackRowsK * sizeof(BlockQ4_0));
 
+// The codebook types IQ4_NL and MXFP4 in Q4_0x16's order (their nibbles index a table of 16
+// values instead of being offset by 8): IQ4_NL with the rows' fp16 scales, MXFP4 with their
+// E8M0 exponents, a byte each. Exactly their bytes.
+struct BlockIQ4_NLx16 {
+  uint16_t d[kPackRowsK];
+  uint8_t qs[4][kPackRowsK][4];
+};
+static_assert(sizeof(BlockIQ4_NLx16) == kPackRowsK * sizeof(BlockIQ4_NL));
+struct BlockMXFP4x16 {
+  uint8_t e[kPackRowsK];
+  uint8_t qs[4][kPackRowsK][4];
+};
+static_assert(sizeof(BlockMXFP4x16) == kPackRowsK * sizeof(BlockMXFP4));
+
 struct BlockQ4_Kx16 {
   uint16_t d[kPackRowsK];  // fp16
   uint16_t dmin[kPackRowsK];

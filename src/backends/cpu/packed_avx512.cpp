@@ -372,6 +372,32 @@ struct Small<BlockQ8_0x16> {
   using Row = BlockQ8_0;
   static constexpr int offset = 128;
 };
+// The codebook types: the nibbles index the table with 128 added (simd_avx512.h).
+template <>
+struct Small<BlockIQ4_NLx16> {
+  using Row = BlockIQ4_NL;
+  static constexpr int offset = 128;
+  static constexpr const int8_t* table = kIq4nlBiased;
+};
+template <>
+struct Small<BlockMXFP4x16> {
+  using Row = BlockMXFP4;
+  static constexpr int offset = 128;
+  static constexpr const int8_t* table = kMxfp4Biased;
+};
+template <typename Block>
+constexpr bool kCodebook = requires {
+  Small<Block>::table;
+};
+
+// A GGUF-layout row block's scale: fp16 d, or MXFP4's exponent.
+template <typename Row>
+float row_scale(const Row& r) {
+  if constexpr (std::is_same_v<Row, BlockMXFP4>)
+    return e8m0_half(r.e);
+  else
+    return half_to_float(r.d);
+}
 
 // Q8_0 activations with the float scale and -offset x sum(qs), the integer a block's dot
 // products start from.
@@ -392,6 +418,10 @@ template <typename Block>
 __m256i row_levels(const typename Small<Block>::Row& r) {
   if constexpr (std::is_same_v<Block, BlockQ8_0x16>)
     return _mm256_xor_si256(load_bytes(r.qs), _mm256_set1_epi8(char(0x80)));
+  else if constexpr (kCodebook<Block>)
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                   reinterpret_cast<const __m128i*>(Small<Block>::table))),
+                               unpack_nibbles(r.qs));
   else if constexpr (std::is_same_v<Block, BlockQ5_0x16>)
     return _mm256_or_si256(unpack_nibbles(r.qs), unpack_fifth_bits(r.qh));
   else
@@ -406,8 +436,7 @@ float tail_dot_small(int64_t n, const void* wv, const void* av) {
   for (int64_t b = 0; b < n / QK8_0; ++b) {
     const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
                                             row_levels<Block>(w[b]), load_bytes(a[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(w[b].d) * a[b].d), _mm256_cvtepi32_ps(dot),
-                          acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(row_scale(w[b]) * a[b].d), _mm256_cvtepi32_ps(dot), acc);
   }
   return hsum(acc);
 }
@@ -415,7 +444,8 @@ float tail_dot_small(int64_t n, const void* wv, const void* av) {
 // 16 rows x C columns of 32-element blocks: per block and column, eight vpdpbusd from the
 // activations' offset term (two chains), one conversion and one FMA with d_w d_a. Q4_0 and
 // Q5_0 take two 32-bit lanes' worth of levels from each load (low and high nibbles), Q8_0 one
-// (its signed levels made unsigned by an xor with 0x80).
+// (its signed levels made unsigned by an xor with 0x80); IQ4_NL and MXFP4 look their nibbles
+// up in their table (vpshufb) and MXFP4's 16 exponents become scales in one vector.
 template <typename Block, int C>
 void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                     size_t y_stride) {
@@ -426,6 +456,10 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
   for (int c = 0; c < C; ++c)
     a[c] = reinterpret_cast<const BlockQ8O*>(static_cast<const char*>(av) + size_t(c) * a_stride);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512i table = _mm512_setzero_si512();
+  if constexpr (kCodebook<Block>)
+    table = _mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(Small<Block>::table)));
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -461,6 +495,10 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
         const __m512i raw = _mm512_loadu_si512(x.qs[v]);
         __m512i ql = _mm512_and_si512(raw, low4);
         __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        if constexpr (kCodebook<Block>) {
+          ql = _mm512_shuffle_epi8(table, ql);
+          qh = _mm512_shuffle_epi8(table, qh);
+        }
         if constexpr (five) {
           const __m512i sixteen = _mm512_set1_epi8(16);
           ql = _mm512_mask_add_epi8(
@@ -476,7 +514,17 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
         }
       }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+    __m512 d;
+    if constexpr (std::is_same_v<Block, BlockMXFP4x16>) {  // 2^(e - 128), as e8m0_half
+      const __m512i e =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.e)));
+      const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+      const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+      d = _mm512_castsi512_ps(_mm512_mask_blend_epi32(
+          _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)), normal, subnormal));
+    } else {
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
+    }
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c)
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo[c], hi[c])),
@@ -505,6 +553,8 @@ constexpr PackedKernel small_kernel() {
 constexpr PackedKernel kQ4_0 = small_kernel<BlockQ4_0x16>();
 constexpr PackedKernel kQ5_0 = small_kernel<BlockQ5_0x16>();
 constexpr PackedKernel kQ8_0 = small_kernel<BlockQ8_0x16>();
+constexpr PackedKernel kIQ4_NL = small_kernel<BlockIQ4_NLx16>();
+constexpr PackedKernel kMXFP4 = small_kernel<BlockMXFP4x16>();
 
 template <typename Block, int... I>
 constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
@@ -545,6 +595,10 @@ const PackedKernel* packed_kernel_avx512(DType w) {
       return &kQ5_0;
     case DType::Q8_0:
       return &kQ8_0;
+    case DType::IQ4_NL:
+      return &kIQ4_NL;
+    case DType::MXFP4:
+      return &kMXFP4;
     case DType::Q2_K:
       return &kQ2_K;
     case DType::Q3_K:
