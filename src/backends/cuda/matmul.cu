@@ -7,6 +7,7 @@
 //   4 x 4 outputs.
 // Activations stay in float: no quantization of X, unlike the CPU backend's integer dots.
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/tile.cuh"
 #include "backends/cuda/weights.cuh"
 
 namespace ps::gpu {
@@ -14,7 +15,6 @@ namespace {
 
 constexpr int kVecThreads = 128;
 constexpr int64_t kVecMaxCols = 8;
-constexpr int kTile = 64, kTileThreads = 256;
 
 template <DType T, int C>
 __global__ void matmul_vec_kernel(View w, View x, View d, int cols) {
@@ -57,16 +57,10 @@ __global__ void matmul_tile_kernel(View w, View x, View d) {
   const int64_t k = w.ne[0], n_rows = w.ne[1], m_rows = x.ne[1];
   const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
   float acc[4][4] = {};
-  float v[32];
+  const uint8_t* row =
+      n0 + tid < n_rows ? reinterpret_cast<const uint8_t*>(w.data + (n0 + tid) * w.nb[1]) : nullptr;
   for (int64_t g = 0; 32 * g < k; ++g) {
-    if (tid < kTile) {  // one weight row's group per thread
-      if (n0 + tid < n_rows) {
-        decode32<T>(reinterpret_cast<const uint8_t*>(w.data + (n0 + tid) * w.nb[1]), g, k, v);
-      } else {
-        for (int i = 0; i < 32; ++i) v[i] = 0.0f;
-      }
-      for (int i = 0; i < 32; ++i) ws[tid][i] = v[i];
-    }
+    stage_weights<T>(row, g, k, ws, tid);
     for (int e = tid; e < kTile * 32; e += kTileThreads) {
       const int m = e / 32, i = e % 32;
       const int64_t kk = 32 * g + i;
@@ -75,13 +69,7 @@ __global__ void matmul_tile_kernel(View w, View x, View d) {
                      : 0.0f;
     }
     __syncthreads();
-    for (int i = 0; i < 32; ++i) {
-      float a[4], b[4];
-      for (int r = 0; r < 4; ++r) a[r] = ws[ty + 16 * r][i];
-      for (int c = 0; c < 4; ++c) b[c] = xs[tx + 16 * c][i];
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c) acc[r][c] += a[r] * b[c];
-    }
+    tile_step(ws, xs, tx, ty, acc);
     __syncthreads();
   }
   for (int r = 0; r < 4; ++r)

@@ -6,6 +6,7 @@
 // memory, and computes 64 x 64 tiles of them as matmul's prompt kernel does, so the expert's
 // weights are read once per 64 of its tokens.
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/tile.cuh"
 #include "backends/cuda/weights.cuh"
 #include "graph/ops.h"
 
@@ -98,7 +99,6 @@ __global__ void matmul_id_kernel(View w, View x, View ids, View d) {
   if (lane == 0) *out = s;
 }
 
-constexpr int kTile = 64, kTileThreads = 256;
 constexpr int64_t kTileFrom = 9;     // tokens from which prompts take the tiles (as matmul)
 constexpr int64_t kIdWindow = 1024;  // tokens scanned per pass: at most this many pairs match
 
@@ -116,7 +116,10 @@ __global__ void matmul_id_tile_kernel(View w, View x, View ids, View d) {
   const auto at = [&](int64_t pair) {
     return reinterpret_cast<float*>(d.data + (pair % k) * d.nb[1] + (pair / k) * d.nb[2]);
   };
-  float v[32];
+  const uint8_t* row =
+      n0 + tid < N && expert < E
+          ? reinterpret_cast<const uint8_t*>(w.data + expert * w.nb[2] + (n0 + tid) * w.nb[1])
+          : nullptr;
   for (int64_t tok0 = 0; tok0 < n_tok; tok0 += kIdWindow) {
     if (tid == 0) count = 0;
     __syncthreads();
@@ -135,16 +138,7 @@ __global__ void matmul_id_tile_kernel(View w, View x, View ids, View d) {
     for (int m0 = 0; m0 < c; m0 += kTile) {
       float acc[4][4] = {};
       for (int64_t g = 0; 32 * g < K; ++g) {
-        if (tid < kTile) {  // one weight row's group per thread
-          if (n0 + tid < N) {
-            decode32<T>(
-                reinterpret_cast<const uint8_t*>(w.data + expert * w.nb[2] + (n0 + tid) * w.nb[1]),
-                g, K, v);
-          } else {
-            for (int i = 0; i < 32; ++i) v[i] = 0.0f;
-          }
-          for (int i = 0; i < 32; ++i) ws[tid][i] = v[i];
-        }
+        stage_weights<T>(row, g, K, ws, tid);
         for (int e = tid; e < kTile * 32; e += kTileThreads) {
           const int m = e / 32, i = e % 32;
           const int64_t kk = 32 * g + i;
@@ -157,13 +151,7 @@ __global__ void matmul_id_tile_kernel(View w, View x, View ids, View d) {
           xs[m][i] = value;
         }
         __syncthreads();
-        for (int i = 0; i < 32; ++i) {
-          float a[4], b[4];
-          for (int r = 0; r < 4; ++r) a[r] = ws[ty + 16 * r][i];
-          for (int cc = 0; cc < 4; ++cc) b[cc] = xs[tx + 16 * cc][i];
-          for (int r = 0; r < 4; ++r)
-            for (int cc = 0; cc < 4; ++cc) acc[r][cc] += a[r] * b[cc];
-        }
+        tile_step(ws, xs, tx, ty, acc);
         __syncthreads();
       }
       for (int cc = 0; cc < 4; ++cc) {
