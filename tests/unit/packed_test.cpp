@@ -845,6 +845,42 @@ TEST(PackedLayout, Q5_0Q8_0AndCodebookx16GroupsHoldEveryLevel) {
   }
 }
 
+TEST(PackedLayout, IQ4_XSx16GroupsHoldEveryLevelAndSubBlockScale) {
+  std::mt19937 rng(4);
+  ThreadPool pool(2);
+  const int64_t n = 37, k = 512, nb = k / QK_K;
+  const std::vector<uint8_t> w = random_rows(DType::IQ4_XS, n, k, rng);
+  const size_t prow = cpu::packed_layout(DType::IQ4_XS, cpu::kPackRowsK, k).row_bytes;
+  std::vector<uint8_t> packed(prow * size_t(n), 0xAA);
+  cpu::pack_rows(DType::IQ4_XS, cpu::kPackRowsK, w.data(), packed.data(), k, n, pool);
+  const size_t wrow = row_bytes(DType::IQ4_XS, k);
+  std::vector<float> want(static_cast<size_t>(k));
+  for (int64_t g = 0; g < n / cpu::kPackRowsK; ++g)
+    for (int j = 0; j < cpu::kPackRowsK; ++j) {
+      const auto* src =
+          reinterpret_cast<const BlockIQ4_XS*>(w.data() + size_t(g * cpu::kPackRowsK + j) * wrow);
+      dequantize_row(DType::IQ4_XS, src, want.data(), k);
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& x = reinterpret_cast<const cpu::BlockIQ4_XSx16*>(
+            packed.data() + size_t(g * cpu::kPackRowsK) * prow)[b];
+        ASSERT_EQ(x.d[j], src[b].d);
+        for (int i = 0; i < QK_K; ++i) {
+          const int ib = i / 32, e = i % 32;
+          ASSERT_EQ(x.scales[ib][j], iq4_xs_scale(src[b], ib));
+          const uint8_t byte = x.qs[ib][(e % 16) / 4][j][e % 4];
+          const int nibble = e < 16 ? byte & 0x0f : byte >> 4;
+          const float got =
+              fp16_to_f32(x.d[j]) * float(x.scales[ib][j]) * float(kIq4nlValues[nibble]);
+          ASSERT_EQ(got, want[size_t(b * QK_K + i)])
+              << "group " << g << " super-block " << b << " row " << j << " element " << i;
+        }
+      }
+    }
+  // The rows past the last whole group keep GGUF's layout, at their own offsets.
+  for (int64_t r = n / cpu::kPackRowsK * cpu::kPackRowsK; r < n; ++r)
+    EXPECT_EQ(0, std::memcmp(w.data() + size_t(r) * wrow, packed.data() + size_t(r) * prow, wrow));
+}
+
 // The scalar row dots over Q8_0 activations; terms counted as (|w| + c d) |a| with c the
 // type's level offset, which the kernels take off separately.
 Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
@@ -869,7 +905,11 @@ Reference small_reference(DType t, const std::vector<uint8_t>& w, const std::vec
         const uint8_t* at = row + size_t(i / 32) * block;
         uint16_t d;
         std::memcpy(&d, at, 2);
-        const float scale = t == DType::MXFP4 ? e8m0_half_to_f32(at[0]) : fp16_to_f32(d);
+        float scale = t == DType::MXFP4 ? e8m0_half_to_f32(at[0]) : fp16_to_f32(d);
+        if (t == DType::IQ4_XS) {  // d (l - 32) of the element's sub-block
+          const auto& x = reinterpret_cast<const BlockIQ4_XS*>(row)[i / QK_K];
+          scale = fp16_to_f32(x.d) * float(iq4_xs_scale(x, int(i % QK_K / 32)));
+        }
         s += (std::fabs(double(wf[size_t(i)])) + c * std::fabs(scale)) * std::fabs(af[size_t(i)]);
       }
       ref.size[size_t(col * n + r)] = s;
@@ -896,13 +936,14 @@ class PackedSmall : public ::testing::TestWithParam<KCase> {
 };
 
 // Q8_0 at the AVX2 levels: the Q8_0x16 groups read as two halves of 8 rows. IQ4_NL and MXFP4
-// (their levels looked up in a table) at the AVX-512 level only.
+// (their levels looked up in a table) and IQ4_XS (the same in super-blocks of 256) at the
+// AVX-512 level only; IQ4_XS takes lengths of whole super-blocks.
 INSTANTIATE_TEST_SUITE_P(
     Packed, PackedSmall,
     ::testing::Values(KCase{DType::Q5_0, IsaLevel::Avx512}, KCase{DType::Q8_0, IsaLevel::Avx512},
                       KCase{DType::Q8_0, IsaLevel::Avx2}, KCase{DType::Q8_0, IsaLevel::AvxVnni},
-                      KCase{DType::IQ4_NL, IsaLevel::Avx512},
-                      KCase{DType::MXFP4, IsaLevel::Avx512}),
+                      KCase{DType::IQ4_NL, IsaLevel::Avx512}, KCase{DType::MXFP4, IsaLevel::Avx512},
+                      KCase{DType::IQ4_XS, IsaLevel::Avx512}),
     [](const auto& info) {
       return std::string(dtype_name(info.param.type)) + "_" + isa_level_name(info.param.level);
     });
@@ -910,7 +951,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
   const DType t = GetParam().type;
   std::mt19937 rng(51 + unsigned(t) + 7 * unsigned(GetParam().level));
-  for (int64_t k : {32, 32 * 7, 2048 + 32}) {
+  const bool xs = t == DType::IQ4_XS;
+  for (int64_t k : {xs ? 256 : 32, xs ? 256 * 3 : 32 * 7, xs ? 2048 + 256 : 2048 + 32}) {
     for (int64_t n : {16, 37, 131}) {
       std::vector<uint8_t> w = random_rows(t, n, k, rng);
       for (int64_t m : {1, 2, 3, 8, 9, 17}) {
@@ -923,7 +965,10 @@ TEST_P(PackedSmall, MatmulMatchesScalarRowDots) {
           cpu::PackedWeights cache;
           const std::vector<float> got =
               packed_matmul(w, x, k, n, m, GetParam().level, threads, cache, t);
-          EXPECT_EQ(cache.bytes(), w.size());
+          // Every type here but IQ4_XS (its unpacked scales) packs into its own bytes.
+          EXPECT_EQ(
+              cache.bytes(),
+              xs ? cpu::packed_layout(t, cpu::kPackRowsK, k).row_bytes * size_t(n) : w.size());
           int failures = 0;
           for (size_t i = 0; i < got.size() && failures < 5; ++i) {
             const double bound = 1e-5 * ref.size[i];
@@ -944,9 +989,10 @@ TEST_P(PackedSmall, TilesReadNothingPastTheirGroupAndColumns) {
   std::mt19937 rng(53);
   ThreadPool pool(1);
   const cpu::GemmKernel& g = kernel_->gemm;
-  for (int64_t k : {32, 96}) {
+  const bool xs = t == DType::IQ4_XS;
+  for (int64_t k : {xs ? 256 : 32, xs ? 512 : 96}) {
     std::vector<uint8_t> w = random_rows(t, g.rows, k, rng);
-    std::vector<uint8_t> packed(w.size());
+    std::vector<uint8_t> packed(cpu::packed_layout(t, g.rows, k).row_bytes * size_t(g.rows));
     cpu::pack_rows(t, g.rows, w.data(), packed.data(), k, g.rows, pool);
     GuardedBytes gw(packed.data(), packed.size());
     for (int width = 1; width <= g.cols; ++width) {
@@ -968,7 +1014,8 @@ TEST_P(PackedSmall, TilesReadNothingPastTheirGroupAndColumns) {
 TEST_P(PackedSmall, TailDotMatchesTheRowDot) {
   const DType t = GetParam().type;
   std::mt19937 rng(57);
-  for (int64_t k : {32, 32 * 5, 2048 + 96}) {
+  const bool xs = t == DType::IQ4_XS;
+  for (int64_t k : {xs ? 256 : 32, xs ? 256 * 5 : 32 * 5, xs ? 2048 + 256 : 2048 + 96}) {
     std::vector<uint8_t> w = random_rows(t, 1, k, rng);
     std::vector<float> x = random_activations(1, k, rng);
     std::vector<uint8_t> act(kernel_->act_row_bytes(k));

@@ -41,6 +41,21 @@ void pack_nibbles_x16_group(const Block* rows, Packed* dst, int64_t nb) {
   }
 }
 
+// Group g of rows into BlockIQ4_XSx16 super-blocks (see packed.h).
+void pack_iq4_xs_group(const BlockIQ4_XS* rows, BlockIQ4_XSx16* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    BlockIQ4_XSx16& p = dst[b];
+    for (int j = 0; j < kPackRowsK; ++j) {
+      const BlockIQ4_XS& src = rows[j * nb + b];
+      p.d[j] = src.d;
+      for (int ib = 0; ib < QK_K / 32; ++ib) {
+        p.scales[ib][j] = int8_t(iq4_xs_scale(src, ib));
+        for (int v = 0; v < 4; ++v) std::memcpy(p.qs[ib][v][j], src.qs + 16 * ib + 4 * v, 4);
+      }
+    }
+  }
+}
+
 void pack_q5_0x16_group(const BlockQ5_0* rows, BlockQ5_0x16* dst, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
     BlockQ5_0x16& p = dst[b];
@@ -166,6 +181,8 @@ PackedLayout packed_layout(DType w, int rows, int64_t k) {
       return {kPackRowsK, row_bytes(w, k)};
     case DType::Q3_K:
       return {kPackRowsK, sizeof(BlockQ3_Kx16) / kPackRowsK * size_t(k / QK_K)};
+    case DType::IQ4_XS:
+      return {kPackRowsK, sizeof(BlockIQ4_XSx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q5_K:
       return {kPackRowsK, sizeof(BlockQ5_Kx16) / kPackRowsK * size_t(k / QK_K)};
     case DType::Q6_K:
@@ -215,6 +232,9 @@ void pack_rows(DType w, int rows, const void* src, void* dst, int64_t k, int64_t
     else if (w == DType::MXFP4)
       pack_nibbles_x16_group(reinterpret_cast<const BlockMXFP4*>(from),
                              reinterpret_cast<BlockMXFP4x16*>(to), k / 32);
+    else if (w == DType::IQ4_XS)
+      pack_iq4_xs_group(reinterpret_cast<const BlockIQ4_XS*>(from),
+                        reinterpret_cast<BlockIQ4_XSx16*>(to), k / QK_K);
     else if (w == DType::Q4_K)
       pack_k4_group(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx16*>(to),
                     k / QK_K);

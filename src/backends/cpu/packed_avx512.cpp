@@ -385,6 +385,20 @@ struct Small<BlockMXFP4x16> {
   static constexpr int offset = 128;
   static constexpr const int8_t* table = kMxfp4Biased;
 };
+template <>
+struct Small<BlockIQ4_XSx16> {
+  using Row = BlockIQ4_XS;
+  static constexpr int offset = 128;
+  static constexpr const int8_t* table = kIq4nlBiased;
+  static constexpr int subs = QK_K / 32;  // blocks of 32 per packed block
+};
+template <typename Block>
+constexpr int kSubs = [] {
+  if constexpr (requires { Small<Block>::subs; })
+    return Small<Block>::subs;
+  else
+    return 1;
+}();
 template <typename Block>
 constexpr bool kCodebook = requires {
   Small<Block>::table;
@@ -433,10 +447,25 @@ float tail_dot_small(int64_t n, const void* wv, const void* av) {
   const auto* w = static_cast<const typename Small<Block>::Row*>(wv);
   const BlockQ8O* a = static_cast<const BlockQ8O*>(av);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / QK8_0; ++b) {
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
-                                            row_levels<Block>(w[b]), load_bytes(a[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(row_scale(w[b]) * a[b].d), _mm256_cvtepi32_ps(dot), acc);
+  if constexpr (kSubs < Block >> 1) {  // IQ4_XS: the sub-blocks of super-blocks
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(Small<Block>::table)));
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+      const BlockIQ4_XS& r = w[b / 8];
+      const int ib = int(b % 8);
+      const __m256i levels = _mm256_shuffle_epi8(table, unpack_nibbles(r.qs + 16 * ib));
+      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
+                                              levels, load_bytes(a[b].qs));
+      acc = _mm256_fmadd_ps(
+          _mm256_set1_ps(half_to_float(r.d) * float(iq4_xs_sub_scale(r, ib)) * a[b].d),
+          _mm256_cvtepi32_ps(dot), acc);
+    }
+  } else {
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setr_epi32(a[b].offset, 0, 0, 0, 0, 0, 0, 0),
+                                              row_levels<Block>(w[b]), load_bytes(a[b].qs));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(row_scale(w[b]) * a[b].d), _mm256_cvtepi32_ps(dot), acc);
+    }
   }
   return hsum(acc);
 }
@@ -444,8 +473,9 @@ float tail_dot_small(int64_t n, const void* wv, const void* av) {
 // 16 rows x C columns of 32-element blocks: per block and column, eight vpdpbusd from the
 // activations' offset term (two chains), one conversion and one FMA with d_w d_a. Q4_0 and
 // Q5_0 take two 32-bit lanes' worth of levels from each load (low and high nibbles), Q8_0 one
-// (its signed levels made unsigned by an xor with 0x80); IQ4_NL and MXFP4 look their nibbles
-// up in their table (vpshufb) and MXFP4's 16 exponents become scales in one vector.
+// (its signed levels made unsigned by an xor with 0x80); IQ4_NL, MXFP4 and IQ4_XS look their
+// nibbles up in their table (vpshufb), MXFP4's 16 exponents become scales in one vector, and
+// IQ4_XS's blocks of 32 are the sub-blocks of its super-blocks, each scaled by d (l - 32).
 template <typename Block, int C>
 void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_stride, float* y,
                     size_t y_stride) {
@@ -463,10 +493,15 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  constexpr int subs = kSubs<Block>;
   const int64_t nb = k / QK8_0;
   for (int64_t b = 0; b < nb; ++b) {
-    const Block& x = w[b];
-    prefetch_block(w + b, int(kPrefetchBytes / sizeof(Block)));
+    const Block& x = w[b / subs];
+    const int sub = int(b % subs);
+    if constexpr (subs == 1)
+      prefetch_block(w + b, int(kPrefetchBytes / sizeof(Block)));
+    else if (sub == 0)
+      prefetch_block(&x, 1);
     __m512i lo[C], hi[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
@@ -492,7 +527,11 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
       if constexpr (five) fifth = _mm512_loadu_si512(x.qh);
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_loadu_si512(x.qs[v]);
+        __m512i raw;
+        if constexpr (subs > 1)
+          raw = _mm512_loadu_si512(x.qs[sub][v]);
+        else
+          raw = _mm512_loadu_si512(x.qs[v]);
         __m512i ql = _mm512_and_si512(raw, low4);
         __m512i qh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
         if constexpr (kCodebook<Block>) {
@@ -525,6 +564,9 @@ void small_x16_tile(int64_t k, const void* wv, size_t, const void* av, size_t a_
     } else {
       d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.d)));
     }
+    if constexpr (subs > 1)  // IQ4_XS: d (l - 32) of the sub-block
+      d = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales[sub])))));
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c)
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo[c], hi[c])),
@@ -555,6 +597,7 @@ constexpr PackedKernel kQ5_0 = small_kernel<BlockQ5_0x16>();
 constexpr PackedKernel kQ8_0 = small_kernel<BlockQ8_0x16>();
 constexpr PackedKernel kIQ4_NL = small_kernel<BlockIQ4_NLx16>();
 constexpr PackedKernel kMXFP4 = small_kernel<BlockMXFP4x16>();
+constexpr PackedKernel kIQ4_XS = small_kernel<BlockIQ4_XSx16>();
 
 template <typename Block, int... I>
 constexpr GemmKernel make_k4x16(std::integer_sequence<int, I...>) {
@@ -599,6 +642,8 @@ const PackedKernel* packed_kernel_avx512(DType w) {
       return &kIQ4_NL;
     case DType::MXFP4:
       return &kMXFP4;
+    case DType::IQ4_XS:
+      return &kIQ4_XS;
     case DType::Q2_K:
       return &kQ2_K;
     case DType::Q3_K:
