@@ -7,7 +7,8 @@
 
 namespace ps::gpu {
 
-void elementwise(const Launch& l, const Tensor& node);  // add, mul, silu, gelu, scale, swiglu(_oai), sigmoid
+void elementwise(const Launch& l,
+                 const Tensor& node);  // add, mul, silu, gelu, scale, swiglu(_oai), sigmoid
 void rms_norm(const Launch& l, const Tensor& node);
 void softmax(const Launch& l, const Tensor& node);
 void rope(const Launch& l, const Tensor& node);
