@@ -24,8 +24,13 @@ std::string attention_operands_problem(const Tensor& n) {
   if (k.type != DType::F16 || v.type != DType::F16) return "only F16 KV caches";
   if (k.nb[0] != 2) return "only KV caches with contiguous rows";
   if (k.nb != v.nb || k.ne != v.ne) return "K and V caches of different layouts";
-  if (const Tensor* s = n.src[4]; s && (s->type != DType::F32 || !s->is_contiguous()))
-    return "sinks that are not contiguous F32";
+  return attention_sinks_problem(n);
+}
+
+std::string attention_sinks_problem(const Tensor& n) {
+  const Tensor* s = n.src[4];
+  if (s && (s->type != DType::F32 || !s->is_contiguous() || s->ne[0] != n.src[0]->ne[1]))
+    return "sinks that are not contiguous F32 [n_head]";
   return {};
 }
 

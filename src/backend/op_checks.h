@@ -18,6 +18,10 @@ std::string row_operands_problem(const Tensor& node);
 // with contiguous rows.
 std::string attention_operands_problem(const Tensor& node);
 
+// Attention's sinks (graph/ops.h), where it has them: contiguous F32 [n_head]. The CPU backend,
+// whose caches may be F32 too, checks these alone.
+std::string attention_sinks_problem(const Tensor& node);
+
 // Copy: an F32 source into an F32 or F16 destination.
 std::string copy_operands_problem(const Tensor& node);
 

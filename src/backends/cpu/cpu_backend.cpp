@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/op_checks.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/packed.h"
 #include "core/cpu_features.h"
@@ -151,10 +152,7 @@ class CpuDevice final : public Device {
         for (const Tensor* c : {n.src[1], n.src[2]})
           if (c->type != DType::F16 && c->type != DType::F32)
             return fmt::format("KV cache of type {} (F16 or F32 only)", dtype_name(c->type));
-        if (const Tensor* s = n.src[4];
-            s && (s->type != DType::F32 || !s->is_contiguous() || s->ne[0] != n.src[0]->ne[1]))
-          return "sinks that are not F32 [n_head]";
-        return {};
+        return attention_sinks_problem(n);
       case OpKind::Count:
         return "unknown op";
       default:
