@@ -30,7 +30,7 @@ DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const Cho
   const std::string plugin = registry.plugin_file(d.api);
   const std::string key = selfcheck_cache_key(d, plugin);
   SelfCheckCache cache = SelfCheckCache::load(key);
-  if (opts.recheck) cache = SelfCheckCache{cache.path, {}, {}, 0, 0};  // only where it goes
+  if (opts.recheck) cache = SelfCheckCache{cache.path, {}, {}};  // only where it goes
 
   DeviceCheck out;
   out.checked = true;
@@ -42,7 +42,9 @@ DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const Cho
         return out;
       }
     out.passed = true;
-    if (cache.device_ms > 0) out.speedup = cache.cpu_ms / cache.device_ms;
+    if (const SelfCheckTiming* t = cache.find_timing(timed_matmul_name(timed));
+        t && t->device_ms > 0)
+      out.speedup = t->cpu_ms / t->device_ms;
     return out;
   };
   std::vector<std::string> missing;
@@ -51,7 +53,7 @@ DeviceCheck self_check_device(Registry& registry, const DeviceInfo& d, const Cho
     if (c && !c->passed) return finish(true);  // a cached failure stands
     if (!c) missing.push_back(n);
   }
-  const bool need_timing = cache.timed != timed_matmul_name(timed);
+  const bool need_timing = cache.find_timing(timed_matmul_name(timed)) == nullptr;
   if (missing.empty() && !need_timing) return finish(true);
 
   // What is missing runs now: in a child process for a plugin's device, in this process for a

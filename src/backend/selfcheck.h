@@ -68,16 +68,26 @@ std::string selfcheck_cache_dir();
 std::string selfcheck_cache_key(const DeviceInfo& d, const std::string& plugin_file);
 
 // Cached results for a key; cases and timings accumulate as models with other types run.
+struct SelfCheckTiming {
+  std::string name;  // "matmul Q4_K 4096x29127 decode"
+  double device_ms = 0, cpu_ms = 0;
+};
+
 struct SelfCheckCache {
   std::string path;  // the file
   std::vector<SelfCheckCase> cases;
-  std::string timed;
-  double device_ms = 0, cpu_ms = 0;
+  // One timing per weight type timed so far: a model of another type adds its own rather than
+  // replacing (and later re-timing) this one.
+  std::vector<SelfCheckTiming> timings;
   const SelfCheckCase* find(const std::string& name) const;
+  const SelfCheckTiming* find_timing(const std::string& name) const;
   // Reads the file for `key` (nothing cached when it is absent or unreadable).
   static SelfCheckCache load(const std::string& key);
   void merge(const SelfCheckResult& r);
-  // Writes it (atomically: a temporary file renamed); "" on success, else why not.
+  // Writes it: under a lock beside the file, what the file holds now (another process may have
+  // added its own results since this one loaded it) is read again and this cache's results
+  // merged over it, then written atomically (a temporary file renamed). "" on success, else
+  // why not.
   std::string save(const std::string& key) const;
 };
 

@@ -142,7 +142,9 @@ def check_selfcheck(binary, model, base_env, cache):
     if first.returncode != 0 or "polystack: self-check of vulkan:0: " not in first.stderr or \
             "self-check passed, " not in first.stderr:
         fail(f"the first run on vulkan:0 did not run and pass the self-check: {first.stderr[-400:]}")
-    cached = [f for f in os.listdir(os.path.join(cache, "polystack")) if f.startswith("selfcheck-")]
+    # The results, beside the lock that writers take (SelfCheckCache::save).
+    cached = [f for f in os.listdir(os.path.join(cache, "polystack"))
+              if f.startswith("selfcheck-") and f.endswith(".json")]
     if len(cached) != 1:
         fail(f"the self-check result was not cached in XDG_CACHE_HOME/polystack: {cached}")
     # The second run reads the cache, and POLYSTACK_DEVICE names the device as --device does.

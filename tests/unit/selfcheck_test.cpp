@@ -148,8 +148,9 @@ TEST_F(SelfCheckCacheTest, KeepsResultsPerDeviceDriverAndVersion) {
   ASSERT_NE(back.find("rms_norm"), nullptr);
   EXPECT_FALSE(back.find("rms_norm")->passed);
   EXPECT_DOUBLE_EQ(back.find("rms_norm")->error, 0.5);
-  EXPECT_EQ(back.timed, r.timed);
-  EXPECT_DOUBLE_EQ(back.cpu_ms / back.device_ms, 20);
+  ASSERT_EQ(back.timings.size(), 1u);
+  ASSERT_NE(back.find_timing(r.timed), nullptr);
+  EXPECT_DOUBLE_EQ(back.find_timing(r.timed)->cpu_ms / back.find_timing(r.timed)->device_ms, 20);
   EXPECT_TRUE(SelfCheckCache::load(selfcheck_cache_key(newer, "")).cases.empty());
 
   // A later run adds its cases; a rerun of a case replaces it.
@@ -160,7 +161,39 @@ TEST_F(SelfCheckCacheTest, KeepsResultsPerDeviceDriverAndVersion) {
   back = SelfCheckCache::load(key);
   EXPECT_EQ(back.cases.size(), 4u);
   EXPECT_TRUE(back.find("rms_norm")->passed);
-  EXPECT_EQ(back.timed, r.timed);
+  EXPECT_NE(back.find_timing(r.timed), nullptr);
+
+  // Another weight type's timing is added beside the first, not in its place.
+  SelfCheckResult q8;
+  q8.timed = "matmul Q8_0 4096x15420 decode";
+  q8.device_ms = 2;
+  q8.cpu_ms = 4;
+  back.merge(q8);
+  ASSERT_EQ(back.save(key), "");
+  back = SelfCheckCache::load(key);
+  ASSERT_EQ(back.timings.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.find_timing(r.timed)->device_ms, 0.5);
+  EXPECT_DOUBLE_EQ(back.find_timing(q8.timed)->device_ms, 2);
+
+  // Two processes that loaded the same file and ran different cases: the second to save keeps
+  // what the first saved.
+  SelfCheckCache first = SelfCheckCache::load(key), second = SelfCheckCache::load(key);
+  SelfCheckResult a, b;
+  a.cases = {{"matmul Q5_K decode", true, 1e-3, 2e-2, ""}};
+  a.timed = "matmul Q5_K 4096x11915 decode";
+  a.device_ms = 1;
+  a.cpu_ms = 3;
+  b.cases = {{"matmul IQ4_NL decode", true, 1e-3, 2e-2, ""}};
+  first.merge(a);
+  second.merge(b);
+  ASSERT_EQ(first.save(key), "");
+  ASSERT_EQ(second.save(key), "");
+  back = SelfCheckCache::load(key);
+  EXPECT_EQ(back.cases.size(), 6u);
+  EXPECT_NE(back.find("matmul Q5_K decode"), nullptr);
+  EXPECT_NE(back.find("matmul IQ4_NL decode"), nullptr);
+  EXPECT_EQ(back.timings.size(), 3u);
+  EXPECT_NE(back.find_timing(a.timed), nullptr);
 
   // A damaged file caches nothing (and is rewritten on the next save).
   std::ofstream(back.path) << "{\"key\": 3, \"cases\": [";
