@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 import llama_ref  # noqa: E402
 from check_generation import sentencepiece_decode  # noqa: E402
 from check_logits import default_model_path  # noqa: E402
+import ref_cache  # noqa: E402
 
 SKIP = 77
 PROMPT = "The capital of France is"
@@ -138,13 +139,18 @@ def main() -> int:
         print("FAIL: the continuation does not read as English text")
         return 1
 
-    model = llama_ref.RefModel(path)
-    ids = llama_ref.spm_encode(model, PROMPT)
-    prompt_len = len(ids)
-    for _ in range(N_REFERENCE):
-        ids.append(int(np.argmax(llama_ref.logits(model, ids, kv_cache="f16")[-1])))
-    tokens, _, types = llama_ref.vocab(model)
-    expected = sentencepiece_decode(tokens, types, ids[prompt_len:])
+    def reference() -> dict[str, np.ndarray]:
+        model = llama_ref.RefModel(path)
+        ids = llama_ref.spm_encode(model, PROMPT)
+        prompt_len = len(ids)
+        for _ in range(N_REFERENCE):
+            ids.append(int(np.argmax(llama_ref.logits(model, ids, kv_cache="f16")[-1])))
+        tokens, _, types = llama_ref.vocab(model)
+        return {"ids": np.array(ids), "prompt_len": np.array(prompt_len),
+                "text": np.array(sentencepiece_decode(tokens, types, ids[prompt_len:]))}
+
+    z = ref_cache.cached(path, [PROMPT, N_REFERENCE], __file__, reference)
+    ids, prompt_len, expected = [int(i) for i in z["ids"]], int(z["prompt_len"]), str(z["text"])
     print(f"reference prompt ids {ids[:prompt_len]}, first {N_REFERENCE} tokens "
           f"{ids[prompt_len:]}: {expected!r}")
     # The file does not add a space prefix, so the first piece keeps its space in `run`'s

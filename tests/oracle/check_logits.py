@@ -29,6 +29,10 @@ original model (what the quantization itself may cost).
 --kv-cache names the type our KV cache stores (f16 by default, as in llama.cpp); the reference
 rounds K and V the same way, so the F32 tolerance can stay at float32 accumulation error.
 
+With POLYSTACK_REFERENCE_CACHE set to a folder (the test suite sets it), the reference's logits
+are kept there (ref_cache.py), so tests that check the same model and tokens on other devices,
+batch sizes or builds compute them once.
+
 --estimate prints, instead of running the CLI, how far the reference moves when the input of
 every weight matmul is rounded the way a backend may round it (F16 / BF16 activations for F16 /
 BF16 weights, 8-bit blocks for quantized weights); that is the basis of the stated tolerances.
@@ -53,6 +57,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 
 import llama_ref  # noqa: E402
+import ref_cache  # noqa: E402
 import make_llama_gguf  # noqa: E402
 
 SKIP = 77
@@ -165,7 +170,7 @@ def token_ids(args, n_vocab: int) -> list[int]:
 
 
 def routing_is_decisive(model: llama_ref.RefModel, ids: list[int], kv_cache: str,
-                        trace: llama_ref.RoutingTrace) -> bool:
+                        trace: llama_ref.RoutingTrace) -> tuple[bool, str]:
     """For a mixture of experts: True when no rounding a backend makes can change which experts
     a token takes. The reference runs again with its matmul inputs rounded as the CPU backend
     rounds them (round_like_backend; float32 arithmetic is taken as moving a router logit by
@@ -174,17 +179,42 @@ def routing_is_decisive(model: llama_ref.RefModel, ids: list[int], kv_cache: str
     ties would flip a whole token's expert, and with it its logits far beyond any tolerance,
     so such a model is refused as a test instead of compared."""
     if not model.hp.n_expert:
-        return True
+        return True, ""
     again = llama_ref.RoutingTrace()
     llama_ref.logits(model, ids, kv_cache=kv_cache, rounding=round_like_backend, trace=again)
     same = all(np.array_equal(np.sort(a, axis=1), np.sort(b, axis=1))
                for a, b in zip(trace.chosen, again.chosen))
     move = max(float(np.max(np.abs(a - b))) for a, b in zip(trace.logits, again.logits))
     move = max(move, 1e-4 * max(float(np.max(np.abs(z))) for z in trace.logits))
-    print(f"routing: {model.hp.n_expert_used} of {model.hp.n_expert} experts; smallest margin "
-          f"{trace.margin:.4g}, largest move of a router logit under rounding {move:.3g}, "
-          f"choices {'unchanged' if same else 'CHANGED'} by rounding")
-    return same and trace.margin > 2 * move
+    return same and trace.margin > 2 * move, (
+        f"routing: {model.hp.n_expert_used} of {model.hp.n_expert} experts; smallest margin "
+        f"{trace.margin:.4g}, largest move of a router logit under rounding {move:.3g}, "
+        f"choices {'unchanged' if same else 'CHANGED'} by rounding")
+
+
+def reference_logits(args, path: str, rounded: bool, check_routing: bool):
+    """(ids, n_vocab, logits, routing decisive, routing line) of the reference for the model at
+    path, from POLYSTACK_REFERENCE_CACHE when it holds them."""
+
+    def compute():
+        model = reference_model(args, path)
+        ids = token_ids(args, model.hp.n_vocab)
+        trace = llama_ref.RoutingTrace()
+        ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache, trace=trace,
+                               rounding=round_like_backend if rounded else None)
+        decisive, line = (routing_is_decisive(model, ids, args.kv_cache, trace)
+                          if check_routing else (True, ""))
+        return ids, model.hp.n_vocab, ref, decisive, line
+
+    def arrays():
+        ids, n_vocab, ref, decisive, line = compute()
+        return {"ids": np.array(ids, dtype=np.int64), "n_vocab": np.array(n_vocab), "ref": ref,
+                "decisive": np.array(decisive), "line": np.array(line)}
+
+    z = ref_cache.cached(path, [args.tokens, args.seed, args.n_tokens, args.ctx_size,
+                                args.kv_cache, rounded, check_routing], __file__, arrays)
+    return ([int(i) for i in z["ids"]], int(z["n_vocab"]), z["ref"], bool(z["decisive"]),
+            str(z["line"]))
 
 
 def main() -> int:
@@ -262,9 +292,7 @@ def main() -> int:
 
         original_ref = None
         if args.quantize:
-            original = reference_model(args, model_path)
-            ids = token_ids(args, original.hp.n_vocab)
-            original_ref = llama_ref.logits(original, ids, kv_cache=args.kv_cache)
+            _, _, original_ref, _, _ = reference_logits(args, model_path, False, False)
             quantized = os.path.join(workdir, f"quantized-{args.quantize}.gguf")
             q = subprocess.run([args.bin, "quantize", model_path, quantized, args.quantize],
                                capture_output=True, text=True, timeout=args.timeout)
@@ -274,12 +302,11 @@ def main() -> int:
                 return 1
             model_path = quantized
 
-        model = reference_model(args, model_path)
-        ids = token_ids(args, model.hp.n_vocab)
-        trace = llama_ref.RoutingTrace()
-        ref = llama_ref.logits(model, ids, kv_cache=args.kv_cache, trace=trace,
-                               rounding=round_like_backend if args.round_like_backend else None)
-        if not routing_is_decisive(model, ids, args.kv_cache, trace):
+        ids, n_vocab, ref, decisive, routing = reference_logits(
+            args, model_path, args.round_like_backend, True)
+        if routing:
+            print(routing)
+        if not decisive:
             print("FAIL: the routing of these tokens is not decisive (a near tie between experts): "
                   "choose other tokens (--seed) or a larger --router-scale")
             return 1
@@ -293,9 +320,10 @@ def main() -> int:
                       f"(bound {args.max_quant_err:.1e})")
                 return 1
         print(f"model {os.path.basename(model_path)}: {len(ids)} tokens, vocab "
-              f"{model.hp.n_vocab}, max|ref| {np.max(np.abs(ref)):.4g}")
+              f"{n_vocab}, max|ref| {np.max(np.abs(ref)):.4g}")
 
         if args.estimate:
+            model = reference_model(args, model_path)
             rounded = llama_ref.logits(model, ids, kv_cache=args.kv_cache,
                                        rounding=round_like_backend)
             print(f"reference with rounded matmul inputs: rel err {rel_err(rounded, ref):.3e}, "
@@ -303,7 +331,7 @@ def main() -> int:
             return 0
 
         try:
-            ours = run_cli(args, model_path, ids, model.hp.n_vocab, workdir)
+            ours = run_cli(args, model_path, ids, n_vocab, workdir)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"FAIL: {e}")
             return 1
