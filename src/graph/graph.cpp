@@ -181,7 +181,7 @@ Tensor* Graph::matmul(Tensor* w, Tensor* x) {
 
 Tensor* Graph::rms_norm(Tensor* x, float eps) {
   Tensor* t = node(OpKind::RmsNorm, DType::F32, x->ne, {x});
-  t->fparams[0] = eps;
+  set_rms_norm_params(*t, {eps});
   return t;
 }
 
@@ -200,7 +200,7 @@ Tensor* Graph::gelu(Tensor* x) { return node(OpKind::Gelu, DType::F32, x->ne, {x
 
 Tensor* Graph::scale(Tensor* x, float s) {
   Tensor* t = node(OpKind::Scale, DType::F32, x->ne, {x});
-  t->fparams[0] = s;
+  set_scale_params(*t, {s});
   return t;
 }
 
@@ -227,18 +227,13 @@ Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_rot, float freq_base, float fr
     bad_shapes(OpKind::Rope, x, freq_factors);
   Tensor* t = freq_factors ? node(OpKind::Rope, DType::F32, x->ne, {x, pos, freq_factors})
                            : node(OpKind::Rope, DType::F32, x->ne, {x, pos});
-  t->iparams[0] = n_rot;
-  t->iparams[1] = int32_t(mode);
-  t->fparams[0] = freq_base;
-  t->fparams[1] = freq_scale;
-  t->fparams[2] = attn_factor;
+  set_rope_params(*t, {n_rot, mode, freq_base, freq_scale, attn_factor});
   return t;
 }
 
 Tensor* Graph::softmax(Tensor* x, float scale, int32_t causal_offset) {
   Tensor* t = node(OpKind::SoftMax, DType::F32, x->ne, {x});
-  t->fparams[0] = scale;
-  t->iparams[0] = causal_offset;
+  set_softmax_params(*t, {scale, causal_offset});
   return t;
 }
 
@@ -336,6 +331,39 @@ Tensor* Graph::expert_sum(Tensor* x, Tensor* weights) {
       weights->ne[1] != x->ne[2] || x->ne[3] != 1 || weights->ne[2] != 1 || weights->ne[3] != 1)
     bad_shapes(OpKind::ExpertSum, x, weights);
   return node(OpKind::ExpertSum, DType::F32, {x->ne[0], x->ne[2], 1, 1}, {x, weights});
+}
+
+void set_rms_norm_params(Tensor& node, const RmsNormParams& p) { node.fparams[0] = p.eps; }
+RmsNormParams rms_norm_params(const Tensor& node) { return {node.fparams[0]}; }
+
+void set_scale_params(Tensor& node, const ScaleParams& p) { node.fparams[0] = p.scale; }
+ScaleParams scale_params(const Tensor& node) { return {node.fparams[0]}; }
+
+void set_rope_params(Tensor& node, const RopeParams& p) {
+  node.iparams[0] = p.n_rot;
+  node.iparams[1] = int32_t(p.mode);
+  node.fparams[0] = p.freq_base;
+  node.fparams[1] = p.freq_scale;
+  node.fparams[2] = p.attn_factor;
+}
+RopeParams rope_params(const Tensor& node) {
+  return {node.iparams[0], RopeMode(node.iparams[1]), node.fparams[0], node.fparams[1],
+          node.fparams[2]};
+}
+
+void set_softmax_params(Tensor& node, const SoftMaxParams& p) {
+  node.fparams[0] = p.scale;
+  node.iparams[0] = p.causal_offset;
+}
+SoftMaxParams softmax_params(const Tensor& node) { return {node.fparams[0], node.iparams[0]}; }
+
+ElementwiseScalars elementwise_scalars(const Tensor& node) {
+  if (node.op == OpKind::Scale) return {scale_params(node).scale, 0.0f};
+  if (node.op == OpKind::SwiGluOai) {
+    const SwiGluOaiParams p = swiglu_oai_params(node);
+    return {p.alpha, p.limit};
+  }
+  return {};
 }
 
 void set_top_k_params(Tensor& node, const TopKParams& p) { node.iparams[0] = p.k; }

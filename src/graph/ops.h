@@ -1,12 +1,52 @@
 #pragma once
-// Named, typed parameters of the ops that have them, read by the graph builder and by every
-// backend through these functions (stored in Tensor's parameter slots, which nothing else
-// reads for these ops).
+// Named, typed parameters of the ops that have them, written by the graph builder and read by
+// every backend through these functions. They are kept in Tensor's parameter slots, which only
+// graph.cpp touches (a test checks that no backend reads them). Ops without a struct here
+// (View, GetRows, MatMul, Mul, Add, Silu, Gelu, SwiGlu, Copy, Sigmoid, MatMulId, ExpertSum)
+// take nothing but their operands.
 #include <cstdint>
 
 #include "graph/tensor.h"
 
 namespace ps {
+
+// RmsNorm: each row of src0 divided by sqrt(mean of its squares + eps).
+struct RmsNormParams {
+  float eps = 1e-6f;
+};
+void set_rms_norm_params(Tensor& node, const RmsNormParams& p);
+RmsNormParams rms_norm_params(const Tensor& node);
+
+// Scale: src0 * scale.
+struct ScaleParams {
+  float scale = 1.0f;
+};
+void set_scale_params(Tensor& node, const ScaleParams& p);
+ScaleParams scale_params(const Tensor& node);
+
+// Rope: src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens], src2 optional
+// F32 frequency factors [n_rot / 2] (each pair's angle divided by its factor). The first n_rot
+// elements of each head rotate, as adjacent pairs (Normal) or as the two halves (NeoX); pair i
+// turns by pos * freq_scale * freq_base^(-2i / n_rot), and the result is multiplied by
+// attn_factor.
+struct RopeParams {
+  int32_t n_rot = 0;
+  RopeMode mode = RopeMode::Normal;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  float attn_factor = 1.0f;
+};
+void set_rope_params(Tensor& node, const RopeParams& p);
+RopeParams rope_params(const Tensor& node);
+
+// SoftMax: each row of src0 times scale, softmaxed. causal_offset >= 0 masks element j of row
+// r when j > r + causal_offset; -1 masks nothing.
+struct SoftMaxParams {
+  float scale = 1.0f;
+  int32_t causal_offset = -1;
+};
+void set_softmax_params(Tensor& node, const SoftMaxParams& p);
+SoftMaxParams softmax_params(const Tensor& node);
 
 // Causal attention of n_tokens queries over F16/F32 caches [head_dim, n_kv_head, slots,
 // n_seq]. Without per-token data (src[3] null) the queries sit at positions n_past.. of cache
@@ -84,6 +124,52 @@ struct SwiGluOaiParams {
 };
 void set_swiglu_oai_params(Tensor& node, const SwiGluOaiParams& p);
 SwiGluOaiParams swiglu_oai_params(const Tensor& node);
+
+// The two scalars the GPU element-wise kernels take (one kernel serves Add, Mul, Silu, Gelu,
+// SwiGlu, Scale, Sigmoid and SwiGluOai): Scale's factor; SwiGluOai's alpha and limit; zeros for
+// the rest.
+struct ElementwiseScalars {
+  float s0 = 0.0f, s1 = 0.0f;
+};
+ElementwiseScalars elementwise_scalars(const Tensor& node);
+
+// The element-wise kernels' code for an op (backend/kernel_codes.h); PS_EW_NONE for the others.
+constexpr uint32_t elementwise_code(OpKind op) {
+  switch (op) {
+    case OpKind::Add:
+      return PS_EW_ADD;
+    case OpKind::Mul:
+      return PS_EW_MUL;
+    case OpKind::Silu:
+      return PS_EW_SILU;
+    case OpKind::Gelu:
+      return PS_EW_GELU;
+    case OpKind::SwiGlu:
+      return PS_EW_SWIGLU;
+    case OpKind::Scale:
+      return PS_EW_SCALE;
+    case OpKind::Sigmoid:
+      return PS_EW_SIGMOID;
+    case OpKind::SwiGluOai:
+      return PS_EW_SWIGLU_OAI;
+    case OpKind::None:
+    case OpKind::View:
+    case OpKind::GetRows:
+    case OpKind::MatMul:
+    case OpKind::RmsNorm:
+    case OpKind::Rope:
+    case OpKind::SoftMax:
+    case OpKind::Copy:
+    case OpKind::Attention:
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+    case OpKind::MatMulId:
+    case OpKind::ExpertSum:
+    case OpKind::Count:
+      return PS_EW_NONE;
+  }
+  return PS_EW_NONE;
+}
 
 void set_attention_params(Tensor& node, const AttentionParams& p);
 AttentionParams attention_params(const Tensor& node);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/kernel_codes.h"
 #include "core/dtype.h"
 
 namespace ps {
@@ -16,17 +17,16 @@ enum class OpKind : uint8_t {
   View,     // shares src[0]'s bytes (reshape / slice); no kernel runs
   GetRows,  // src0: table [n, rows] any dtype, src1: I32 ids [k] -> F32 [n, k]
   MatMul,   // src0: weight [K, N] any dtype, src1: F32 [K, M] -> F32 [N, M]
-  RmsNorm,  // src0 F32 [n, ...]; fparams[0] = eps
+  RmsNorm,  // src0 F32 [n, ...] (graph/ops.h: RmsNormParams)
   Mul,      // src0 * src1, src1 broadcast over rows when src1->ne[1..3] == 1
   Add,      // src0 + src1, broadcast as Mul
   Silu,
   Gelu,       // tanh approximation
-  Scale,      // src0 * fparams[0]
+  Scale,      // src0 * a scalar (ScaleParams)
   SwiGlu,     // silu(src0) * src1
   Rope,       // src0 F32 [head_dim, n_heads, n_tokens], src1 I32 positions [n_tokens], src2
-              // optional F32 frequency factors [n_rot / 2]; iparams: n_rot, mode; fparams:
-              // base, scale, attn_factor
-  SoftMax,    // rows of src0; iparams[0] = causal mask offset (-1: none), fparams[0] = scale
+              // optional F32 frequency factors [n_rot / 2] (RopeParams)
+  SoftMax,    // rows of src0, scaled and optionally masked (SoftMaxParams)
   Copy,       // converts src0 into the bytes of src1 (a view, e.g. of the KV cache)
   Attention,  // q src0 [hd, n_head, T], K cache src1, V cache src2 [hd, n_kv_head, n_ctx],
               // per-token data src3, sinks src4 (graph/ops.h: AttentionParams)
@@ -43,6 +43,7 @@ enum class OpKind : uint8_t {
 const char* op_name(OpKind op);
 
 enum class RopeMode : int32_t { Normal = 0, NeoX = 2 };
+static_assert(uint32_t(RopeMode::NeoX) == PS_ROPE_NEOX, "backend/kernel_codes.h's rope mode");
 
 struct Tensor {
   std::string name;
@@ -52,6 +53,7 @@ struct Tensor {
   void* data = nullptr;        // host pointer for CPU-resident tensors
   OpKind op = OpKind::None;
   std::array<Tensor*, 5> src{};  // attention takes five; the rest fewer
+  // The op's parameters: written and read only through graph/ops.h's typed structs.
   std::array<int32_t, 8> iparams{};
   std::array<float, 4> fparams{};
   size_t view_offset = 0;  // for View: byte offset into src[0]

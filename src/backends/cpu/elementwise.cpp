@@ -12,7 +12,7 @@ void elementwise(Context& ctx, Tensor& node) {
   const Tensor* b = node.src[1];
   const int64_t n = a.ne[0];
   const OpKind op = node.op;
-  const float s = node.fparams[0];
+  const float s = node.op == OpKind::Scale ? scale_params(node).scale : 0.0f;
   const SwiGluOaiParams oai = swiglu_oai_params(node);
   const RowOps& rows = row_ops(ctx.isa);
   ctx.pool->parallel_for(a.n_rows(), [&](int64_t r, int) {

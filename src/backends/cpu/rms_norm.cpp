@@ -2,13 +2,14 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/row_ops.h"
+#include "graph/ops.h"
 
 namespace ps::cpu {
 
 void rms_norm(Context& ctx, Tensor& node) {
   const Tensor& x = *node.src[0];
   const int64_t n = x.ne[0];
-  const float eps = node.fparams[0];
+  const float eps = rms_norm_params(node).eps;
   const RowOps& rows = row_ops(ctx.isa);
   ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
     const RowIndex at = row_index(x, r);

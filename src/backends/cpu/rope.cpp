@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::cpu {
 
@@ -48,12 +49,13 @@ const float* rope_angles(RopeTable& table, const int32_t* pos, int64_t n_tokens,
 void rope(Context& ctx, Tensor& node) {
   const Tensor& x = *node.src[0];
   const int32_t* pos = static_cast<const int32_t*>(node.src[1]->data);
-  const int n_rot = node.iparams[0];
-  const bool neox = RopeMode(node.iparams[1]) == RopeMode::NeoX;
+  const RopeParams rp = rope_params(node);
+  const int n_rot = rp.n_rot;
+  const bool neox = rp.mode == RopeMode::NeoX;
   const int64_t hd = x.ne[0], n_heads = x.ne[1], n_tokens = x.ne[2];
   const int half = n_rot / 2;
   const float* angles =
-      rope_angles(ctx.rope, pos, n_tokens, n_rot, node.fparams[0], node.fparams[1], node.fparams[2],
+      rope_angles(ctx.rope, pos, n_tokens, n_rot, rp.freq_base, rp.freq_scale, rp.attn_factor,
                   node.src[2] ? static_cast<const float*>(node.src[2]->data) : nullptr);
 
   ctx.pool->parallel_for(n_tokens, [&](int64_t t, int) {

@@ -2,6 +2,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/row_ops.h"
+#include "graph/ops.h"
 
 namespace ps::cpu {
 
@@ -9,8 +10,9 @@ namespace ps::cpu {
 void softmax(Context& ctx, Tensor& node) {
   const Tensor& x = *node.src[0];
   const int64_t n = x.ne[0];
-  const float scale = node.fparams[0];
-  const int32_t causal = node.iparams[0];
+  const SoftMaxParams sp = softmax_params(node);
+  const float scale = sp.scale;
+  const int32_t causal = sp.causal_offset;
   const RowOps& rows = row_ops(ctx.isa);
   ctx.pool->parallel_for(x.n_rows(), [&](int64_t r, int) {
     const RowIndex at = row_index(x, r);

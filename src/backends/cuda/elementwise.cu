@@ -1,11 +1,10 @@
 // Element-wise ops over F32 rows: one thread per element, grid-stride, any strides; src1 (add,
 // mul, swiglu, swiglu_oai) repeats along every dimension where it has extent 1.
 #include "backends/cuda/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::gpu {
 namespace {
-
-enum class Ew { Add, Mul, Silu, Gelu, Scale, SwiGlu, Sigmoid, SwiGluOai };
 
 __device__ inline float silu(float v) { return v / (1.0f + expf(-v)); }
 // 0.5 v (1 + tanh(z)) as v / (1 + exp(-2z)), as the CPU backend computes it.
@@ -14,41 +13,42 @@ __device__ inline float gelu_tanh(float v) {
   return v / (1.0f + expf(-kTwoSqrt2OverPi * v * (1.0f + 0.044715f * v * v)));
 }
 
-__global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, float s2, int64_t n) {
+__global__ void elementwise_kernel(View a, View b, View d, uint32_t op, float s, float s2,
+                                   int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i0 = i % a.ne[0], r = i / a.ne[0];
     const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const float x = reinterpret_cast<const float*>(row_at(a, i1, i2, i3))[i0];
     float y = 0.0f;
-    if (op == Ew::Add || op == Ew::Mul || op == Ew::SwiGlu || op == Ew::SwiGluOai)
+    if (op == PS_EW_ADD || op == PS_EW_MUL || op == PS_EW_SWIGLU || op == PS_EW_SWIGLU_OAI)
       y = reinterpret_cast<const float*>(row_at(b, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]))[i0];
     float v;
     switch (op) {
-      case Ew::Add:
+      case PS_EW_ADD:
         v = x + y;
         break;
-      case Ew::Mul:
+      case PS_EW_MUL:
         v = x * y;
         break;
-      case Ew::Silu:
+      case PS_EW_SILU:
         v = silu(x);
         break;
-      case Ew::Gelu:
+      case PS_EW_GELU:
         v = gelu_tanh(x);
         break;
-      case Ew::Scale:
+      case PS_EW_SCALE:
         v = x * s;
         break;
-      case Ew::Sigmoid:
+      case PS_EW_SIGMOID:
         v = 1.0f / (1.0f + expf(-x));
         break;
-      case Ew::SwiGluOai: {  // s: alpha, s2: limit (graph/ops.h)
+      case PS_EW_SWIGLU_OAI: {  // s: alpha, s2: limit (graph/ops.h)
         const float g = fminf(x, s2), u = fminf(fmaxf(y, -s2), s2);
         v = g / (1.0f + expf(-s * g)) * (u + 1.0f);
         break;
       }
-      default:
+      default:  // PS_EW_SWIGLU
         v = silu(x) * y;
         break;
     }
@@ -59,37 +59,13 @@ __global__ void elementwise_kernel(View a, View b, View d, Ew op, float s, float
 }  // namespace
 
 void elementwise(const Launch& l, const Tensor& node) {
-  Ew op = Ew::SwiGlu;
-  switch (node.op) {
-    case OpKind::Add:
-      op = Ew::Add;
-      break;
-    case OpKind::Mul:
-      op = Ew::Mul;
-      break;
-    case OpKind::Silu:
-      op = Ew::Silu;
-      break;
-    case OpKind::Gelu:
-      op = Ew::Gelu;
-      break;
-    case OpKind::Scale:
-      op = Ew::Scale;
-      break;
-    case OpKind::Sigmoid:
-      op = Ew::Sigmoid;
-      break;
-    case OpKind::SwiGluOai:
-      op = Ew::SwiGluOai;
-      break;
-    default:
-      break;
-  }
+  const uint32_t op = elementwise_code(node.op);
   const Tensor& a = *node.src[0];
   const View b = view_of(node.src[1] ? *node.src[1] : a);
   const int64_t n = a.n_elements();
+  const ElementwiseScalars s = elementwise_scalars(node);
   PS_LAUNCH(elementwise_kernel, blocks_for(n, 256), 256, l.stream, view_of(a), b, view_of(node), op,
-            node.fparams[0], node.fparams[1], n);
+            s.s0, s.s1, n);
   check_launch("elementwise");
 }
 

@@ -1,5 +1,6 @@
 // RMS norm: one block per row; the sum of squares is reduced over the block.
 #include "backends/cuda/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::gpu {
 namespace {
@@ -24,7 +25,7 @@ __global__ void rms_norm_kernel(View x, View d, float eps) {
 void rms_norm(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
   PS_LAUNCH(rms_norm_kernel, unsigned(x.n_rows()), kThreads, l.stream, view_of(x), view_of(node),
-            node.fparams[0]);
+            rms_norm_params(node).eps);
   check_launch("rms_norm");
 }
 

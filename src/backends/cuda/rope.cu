@@ -1,6 +1,7 @@
 // Rotary position embedding: one thread per element of [head_dim, heads, tokens]; the thread of
 // a pair's first element writes both. Angles in double, as the CPU backend computes them.
 #include "backends/cuda/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::gpu {
 namespace {
@@ -36,11 +37,12 @@ __global__ void rope_kernel(View x, View d, const int32_t* pos, const float* fac
 void rope(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
   const int64_t n = x.ne[0] * x.ne[1] * x.ne[2];
+  const RopeParams p = rope_params(node);
   PS_LAUNCH(rope_kernel, blocks_for(n, 256), 256, l.stream, view_of(x), view_of(node),
             static_cast<const int32_t*>(node.src[1]->data),
-            node.src[2] ? static_cast<const float*>(node.src[2]->data) : nullptr, node.iparams[0],
-            RopeMode(node.iparams[1]) == RopeMode::NeoX, double(node.fparams[0]),
-            double(node.fparams[1]), double(node.fparams[2]), n);
+            node.src[2] ? static_cast<const float*>(node.src[2]->data) : nullptr, p.n_rot,
+            p.mode == RopeMode::NeoX, double(p.freq_base), double(p.freq_scale),
+            double(p.attn_factor), n);
   check_launch("rope");
 }
 

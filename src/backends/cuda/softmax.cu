@@ -1,6 +1,7 @@
 // Softmax over rows, scaled, with an optional causal mask (row i1 sees columns up to
 // i1 + offset; the rest are 0): one block per row.
 #include "backends/cuda/kernels.h"
+#include "graph/ops.h"
 
 namespace ps::gpu {
 namespace {
@@ -33,7 +34,7 @@ __global__ void softmax_kernel(View x, View d, float scale, int causal) {
 void softmax(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
   PS_LAUNCH(softmax_kernel, unsigned(x.n_rows()), kThreads, l.stream, view_of(x), view_of(node),
-            node.fparams[0], node.iparams[0]);
+            softmax_params(node).scale, softmax_params(node).causal_offset);
   check_launch("softmax");
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/kernel_codes.h"
 #include "backend/op_checks.h"
 #include "backends/vulkan/vulkan_device.h"
 #include "core/error.h"
@@ -102,27 +103,6 @@ void shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t unit) {
 void strides(uint32_t (&nb)[4], const Tensor& t, size_t unit) {
   uint32_t ne[4];
   shape(ne, nb, t, unit);
-}
-
-uint32_t elementwise_code(OpKind op) {
-  switch (op) {
-    case OpKind::Add:
-      return 0;
-    case OpKind::Mul:
-      return 1;
-    case OpKind::Silu:
-      return 2;
-    case OpKind::Gelu:
-      return 3;
-    case OpKind::Scale:
-      return 5;
-    case OpKind::Sigmoid:
-      return 6;
-    case OpKind::SwiGluOai:
-      return 7;
-    default:
-      return 4;  // SwiGlu
-  }
 }
 
 // Rows [first, first + count) of t along dimension dim: a view of the same bytes.
@@ -248,8 +228,9 @@ void VulkanDevice::run(Tensor& n) {
       shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
       p.op = elementwise_code(n.op);
-      p.fparam0 = n.fparams[0];
-      p.fparam1 = n.fparams[1];  // swiglu_oai: alpha, limit (graph/ops.h)
+      const ElementwiseScalars s = elementwise_scalars(n);
+      p.fparam0 = s.s0;
+      p.fparam1 = s.s1;
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("elementwise", {a, sizeof(float)}, {b, sizeof(float)}, {&n, sizeof(float)}, none, p,
                ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -259,8 +240,13 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::SoftMax: {
       shape(p.ne, p.a_nb, *a, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      p.fparam0 = n.fparams[0];
-      p.iparam = n.iparams[0];
+      if (n.op == OpKind::RmsNorm) {
+        p.fparam0 = rms_norm_params(n).eps;
+      } else {
+        const SoftMaxParams sp = softmax_params(n);
+        p.fparam0 = sp.scale;
+        p.iparam = sp.causal_offset;
+      }
       row_grid(uint64_t(a->n_rows()), gy, gz);
       // These shaders take the row from (x, y): one workgroup per row.
       dispatch(n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", {a, sizeof(float)}, none,
@@ -270,11 +256,12 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Rope: {
       shape(p.ne, p.a_nb, *a, sizeof(float));
       strides(p.d_nb, n, sizeof(float));
-      p.iparam = n.iparams[0];
-      p.op = uint32_t(n.iparams[1]) | (n.src[2] ? 0x100u : 0u);
-      p.fparam0 = n.fparams[0];
-      p.fparam1 = n.fparams[1];
-      p.fparam2 = n.fparams[2];
+      const RopeParams rp = rope_params(n);
+      p.iparam = rp.n_rot;
+      p.op = (rp.mode == RopeMode::NeoX ? PS_ROPE_NEOX : 0u) | (n.src[2] ? PS_ROPE_FACTORS : 0u);
+      p.fparam0 = rp.freq_base;
+      p.fparam1 = rp.freq_scale;
+      p.fparam2 = rp.attn_factor;
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("rope", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)}, {&n, sizeof(float)},
                {n.src[2], sizeof(float)}, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);

@@ -4,14 +4,12 @@
 // x = element within the row, y/z = row.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "backend/kernel_codes.h"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer D { float d[]; };
-
-const uint OP_ADD = 0, OP_MUL = 1, OP_SILU = 2, OP_GELU = 3, OP_SWIGLU = 4, OP_SCALE = 5,
-           OP_SIGMOID = 6, OP_SWIGLU_OAI = 7;
 
 float silu(float v) { return v / (1.0 + exp(-v)); }
 float gelu_tanh(float v) {
@@ -26,16 +24,16 @@ void main() {
   const uvec3 at = row_index(r);
   const float x = a[a_row(at) + i0];
   float y = 0.0;
-  if (p.op == OP_ADD || p.op == OP_MUL || p.op == OP_SWIGLU || p.op == OP_SWIGLU_OAI)
+  if (p.op == PS_EW_ADD || p.op == PS_EW_MUL || p.op == PS_EW_SWIGLU || p.op == PS_EW_SWIGLU_OAI)
     y = b[b_row(at) + i0];
   float v;
-  if (p.op == OP_ADD) v = x + y;
-  else if (p.op == OP_MUL) v = x * y;
-  else if (p.op == OP_SILU) v = silu(x);
-  else if (p.op == OP_GELU) v = gelu_tanh(x);
-  else if (p.op == OP_SCALE) v = x * p.fparam0;
-  else if (p.op == OP_SIGMOID) v = 1.0 / (1.0 + exp(-x));
-  else if (p.op == OP_SWIGLU_OAI) {
+  if (p.op == PS_EW_ADD) v = x + y;
+  else if (p.op == PS_EW_MUL) v = x * y;
+  else if (p.op == PS_EW_SILU) v = silu(x);
+  else if (p.op == PS_EW_GELU) v = gelu_tanh(x);
+  else if (p.op == PS_EW_SCALE) v = x * p.fparam0;
+  else if (p.op == PS_EW_SIGMOID) v = 1.0 / (1.0 + exp(-x));
+  else if (p.op == PS_EW_SWIGLU_OAI) {
     const float g = min(x, p.fparam1), u = clamp(y, -p.fparam1, p.fparam1);
     v = g / (1.0 + exp(-p.fparam0 * g)) * (u + 1.0);
   }

@@ -1,11 +1,12 @@
 #version 450
 // Rotary position embedding over x [head_dim, n_heads, n_tokens] with positions (I32, one per
-// token): one thread per element. iparam = n_rot, op = mode (0 adjacent pairs, 2 NeoX halves),
+// token): one thread per element. iparam = n_rot, op = mode (0 adjacent pairs, PS_ROPE_NEOX halves),
 // fparam0 = frequency base, fparam1 = frequency scale, fparam2 = scale of the rotated values;
-// op bit 8: per-pair frequency factors at
+// op flag PS_ROPE_FACTORS: per-pair frequency factors at
 // binding 3 (the angle of pair i divided by factor i). Elements past n_rot pass through.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "backend/kernel_codes.h"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
@@ -24,13 +25,13 @@ void main() {
     d[dst + j] = a[src + j];
     return;
   }
-  const bool neox = (p.op & 0xffu) == 2u;
+  const bool neox = (p.op & PS_ROPE_MODE_MASK) == PS_ROPE_NEOX;
   const uint i = neox ? j % half_rot : j / 2;
   const bool second = neox ? j >= half_rot : (j & 1u) == 1u;
   const uint ia = neox ? i : 2 * i, ib = neox ? i + half_rot : 2 * i + 1;
   float theta = float(pos[p.b_off + at.y]) * p.fparam1 *
                 pow(p.fparam0, -2.0 * float(i) / float(n_rot));
-  if ((p.op & 0x100u) != 0u) theta /= factors[p.v_off + i];
+  if ((p.op & PS_ROPE_FACTORS) != 0u) theta /= factors[p.v_off + i];
   const float c = cos(theta) * p.fparam2, s = sin(theta) * p.fparam2;
   const float x0 = a[src + ia], x1 = a[src + ib];
   d[dst + j] = second ? x0 * s + x1 * c : x0 * c - x1 * s;
