@@ -120,6 +120,12 @@ inline constexpr const char* kBackendCreateSymbol = "polystack_backend_create";
 // added the mixture-of-experts ops and Tensor::experts, 7 swiglu_oai and a fifth source for
 // attention's sinks).
 inline constexpr int kBackendAbiVersion = 7;
+// What version 7 covers, as it has it: changing the op list or Tensor's members fails here, and
+// the numbers are raised with the version (sizes past the name, a std::string whose size the
+// C++ library sets).
+static_assert(int(OpKind::Count) == 21, "OpKind changed: raise kBackendAbiVersion");
+static_assert(sizeof(Tensor) - sizeof(std::string) == 200,
+              "Tensor changed: raise kBackendAbiVersion");
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
 #define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \

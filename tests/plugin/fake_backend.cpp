@@ -1,5 +1,7 @@
 // A backend plugin for the registry tests: one fake discrete GPU that reports itself through
 // the OpenCL slot. It proves the plugin path end to end (dlopen, the create symbol, probe).
+// Built a second time with PS_FAKE_OTHER_ABI, it says it was built for another backend ABI, as
+// a plugin left over from an older polystack would.
 #include "backend/backend.h"
 #include "core/error.h"
 
@@ -30,4 +32,9 @@ class FakeBackend final : public ps::Backend {
 
 }  // namespace
 
+#ifdef PS_FAKE_OTHER_ABI
+extern "C" ps::Backend* polystack_backend_create() { return new FakeBackend(); }
+extern "C" int polystack_backend_abi() { return ps::kBackendAbiVersion - 1; }
+#else
 POLYSTACK_BACKEND_PLUGIN(new FakeBackend())
+#endif

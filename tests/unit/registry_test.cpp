@@ -1,5 +1,6 @@
 #include "backend/registry.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -107,6 +108,20 @@ TEST(Registry, LoadsPluginsAndReportsBrokenOnes) {
       EXPECT_NE(rep.reason.find("could not be loaded"), std::string::npos) << rep.reason;
     }
   }
+}
+
+TEST(Registry, RefusesAPluginBuiltForAnotherAbi) {
+  try {
+    load_backend_plugin(POLYSTACK_TEST_PLUGIN_OTHER_ABI);
+    FAIL() << "a plugin of another backend ABI was loaded";
+  } catch (const BackendError& e) {
+    const std::string want = fmt::format(
+        "was built for another version of polystack (backend ABI {}, this one has {}); rebuild "
+        "it or remove it",
+        kBackendAbiVersion - 1, kBackendAbiVersion);
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  EXPECT_NE(load_backend_plugin(POLYSTACK_TEST_PLUGIN), nullptr);
 }
 
 TEST(Registry, NamesTheLibraryAPluginLacks) {
