@@ -56,6 +56,17 @@ struct ProbeReport {
 };
 
 // Memory owned by a device. CPU-visible buffers expose host_ptr().
+//
+// The ordering every backend keeps (tests/common/conformance_cases.cpp's ordering_problems
+// checks it on each device; a device's work is one queue in the order it was given):
+// - write() and read() return when done, and take their place in the queue: read() sees the
+//   results of all execute() calls before it (it waits for them), and write() is not seen by
+//   work queued before it (which reads the bytes as they were).
+// - write_async() is queued like a kernel: after the work before it, before the work after it;
+//   its source may be reused at once; its bytes are in place by the next synchronize().
+// - execute() queues kernels and may return before they run; synchronize() returns when every
+//   queued kernel and copy has finished. Callers free a buffer only when no queued work uses
+//   it (after synchronize()).
 class Buffer {
  public:
   virtual ~Buffer() = default;
@@ -97,7 +108,10 @@ class Device {
     (void)data;
     return false;
   }
-  // Enqueues nodes (in order) on the device's stream; data pointers are already assigned.
+  // Enqueues nodes (in order) on the device's stream; data pointers are already assigned. The
+  // scheduler passes only nodes for which supports() is true, with their operands in this
+  // device's buffers (or in host memory, where reads_host_memory()); a backend may throw
+  // BackendError on any other.
   virtual void execute(std::span<Tensor* const> nodes) = 0;
   virtual void synchronize() = 0;
   virtual int threads() const { return 1; }

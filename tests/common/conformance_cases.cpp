@@ -10,8 +10,11 @@
 #include <random>
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
+#include "graph/ops.h"
 
 namespace ps::conformance {
 namespace {
@@ -449,6 +452,91 @@ std::vector<std::unique_ptr<Case>> all_cases() {
     cases.push_back(std::move(c));
   }
   return cases;
+}
+
+// --- the ordering contract ---------------------------------------------------------------------
+
+namespace {
+
+// A contiguous F32 vector in a device buffer.
+struct DeviceVector {
+  std::unique_ptr<Buffer> buffer;
+  Tensor t;
+  DeviceVector(Device& dev, int64_t n, const char* name) : buffer(dev.alloc(size_t(n) * 4)) {
+    t.name = name;
+    t.ne = {n, 1, 1, 1};
+    t.set_contiguous_strides();
+    t.data = buffer->address();
+  }
+};
+
+std::vector<float> ramp(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = start + 0.25f * float(i % 97) - float(i % 13);
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> ordering_problems(Device& dev) {
+  // Large enough that a GPU's kernel still runs when the host's next call comes (1 MiB; a
+  // storage binding capped at 4 MiB still takes it whole).
+  const int64_t n = 1 << 18;
+  const size_t bytes = size_t(n) * 4;
+  DeviceVector in(dev, n, "in"), out(dev, n, "out"), out2(dev, n, "out2");
+  // out = in * 2 and out2 = in * 3, as the graph builder makes a scale node.
+  Tensor twice, thrice;
+  for (auto [node, dst, factor] : {std::tuple{&twice, &out, 2.0f}, {&thrice, &out2, 3.0f}}) {
+    node->name = factor == 2.0f ? "twice" : "thrice";
+    node->op = OpKind::Scale;
+    node->src[0] = &in.t;
+    node->ne = in.t.ne;
+    node->set_contiguous_strides();
+    node->data = dst->t.data;
+    set_scale_params(*node, {factor});
+  }
+  // execute() receives only what the device supports (the contract's own rule).
+  for (const Tensor* node : {&twice, &thrice})
+    if (const std::string why = dev.unsupported_reason(*node); !why.empty())
+      return {fmt::format("{} is not supported, so the ordering cannot be checked: {}",
+                          node->name, why)};
+  Tensor* const run_twice[] = {&twice};
+  Tensor* const run_thrice[] = {&thrice};
+  const std::vector<float> x = ramp(n, 1.0f), y = ramp(n, -7.0f);
+  std::vector<std::string> problems;
+  std::vector<float> got(static_cast<size_t>(n));
+  const auto expect = [&](const Buffer& b, const std::vector<float>& from, float factor,
+                          const char* what) {
+    b.read(0, got.data(), bytes);
+    for (int64_t i = 0; i < n; ++i)
+      if (got[size_t(i)] != from[size_t(i)] * factor) {
+        problems.push_back(fmt::format("{}: element {} is {}, not {}", what, i, got[size_t(i)],
+                                       from[size_t(i)] * factor));
+        return;
+      }
+  };
+
+  in.buffer->write(0, x.data(), bytes);
+  dev.execute(run_twice);
+  expect(*out.buffer, x, 2.0f, "read() right after execute(), without synchronize()");
+
+  in.buffer->write(0, x.data(), bytes);
+  dev.execute(run_twice);
+  in.buffer->write(0, y.data(), bytes);  // the queued scale must still read x
+  dev.synchronize();
+  expect(*out.buffer, x, 2.0f, "a write() after execute() seen by the work queued before it");
+  expect(*in.buffer, y, 1.0f, "the bytes write() put in place");
+
+  std::vector<float> staging = x;
+  in.buffer->write_async(0, staging.data(), bytes);
+  std::fill(staging.begin(), staging.end(), 0.0f);  // reusable as soon as write_async returns
+  dev.execute(run_twice);
+  in.buffer->write_async(0, y.data(), bytes);
+  dev.execute(run_thrice);
+  dev.synchronize();
+  expect(*out.buffer, x, 2.0f, "write_async(), execute(), write_async(): the first execute()");
+  expect(*out2.buffer, y, 3.0f, "write_async(), execute(), write_async(), execute(): the second");
+  return problems;
 }
 
 }  // namespace ps::conformance

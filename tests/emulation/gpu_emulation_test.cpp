@@ -121,6 +121,16 @@ TEST(GpuEmulation, KernelsMatchTheCpuBackend) {
   EXPECT_GT(compared, 200);
 }
 
+// backend.h's ordering of buffer reads and writes against queued kernels, on the CUDA/HIP
+// device code's stream.
+TEST(GpuEmulation, KeepsTheOrderingContract) {
+  DeviceInfo info;
+  info.id = fmt::format("emulated-gpu(warp {})", PS_EMU_WARP);
+  info.api = Api::Cuda;
+  gpu::GpuDevice dev(info, 0);
+  for (const std::string& p : conformance::ordering_problems(dev)) ADD_FAILURE() << p;
+}
+
 // The emulated device as the registry's cuda:0 and cuda:1 (this binary sits in a folder
 // without plugins): two GPUs for a model split over both.
 class EmulatedBackend final : public Backend {

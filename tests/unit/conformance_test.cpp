@@ -72,5 +72,27 @@ TEST(Conformance, EveryDeviceMatchesTheCpuBackendOrSaysWhyNot) {
   }
 }
 
+// backend.h's ordering of read/write/write_async against execute() and synchronize(), on the
+// CPU and on every other device the registry opens.
+TEST(Conformance, EveryDeviceKeepsTheOrderingContract) {
+  Registry& reg = Registry::global();
+  std::vector<std::string> ids = {"cpu"};
+  for (const ProbeReport& r : reg.probe_all())
+    if (r.api != Api::Cpu)
+      for (const DeviceInfo& d : r.devices) ids.push_back(d.id);
+  for (const std::string& id : ids) {
+    std::unique_ptr<Device> dev;
+    try {
+      dev = reg.open(id, DeviceOptions{});
+    } catch (const BackendError& e) {
+      std::printf("not tested: %s: %s\n", id.c_str(), e.what());
+      continue;
+    }
+    for (const std::string& p : conformance::ordering_problems(*dev))
+      ADD_FAILURE() << id << ": " << p;
+    std::printf("%s: ordering checked\n", id.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -91,10 +91,26 @@ void VulkanBuffer::write(size_t offset, const void* src, size_t n) {
   if (offset > size_ || n > size_ - offset)
     throw BackendError(fmt::format("{}: write of {} bytes at {} past a {}-byte buffer",
                                    dev_.info().id, n, offset, size_));
-  if (mapped_)
+  if (mapped_) {
+    dev_.synchronize();  // work recorded before this write reads the bytes as they were
     std::memcpy(static_cast<char*>(mapped_) + offset, src, n);
-  else
+  } else {
     dev_.staged_copy(*this, offset, const_cast<void*>(src), n, true);
+  }
+}
+
+void VulkanBuffer::fill(const void* src, size_t n) {
+  if (!mapped_ || n > size_)
+    throw BackendError(fmt::format("{}: fill of {} bytes into a {}-byte staging buffer",
+                                   dev_.info().id, n, size_));
+  std::memcpy(mapped_, src, n);
+}
+
+void VulkanBuffer::drain(void* dst, size_t n) const {
+  if (!mapped_ || n > size_)
+    throw BackendError(fmt::format("{}: drain of {} bytes from a {}-byte staging buffer",
+                                   dev_.info().id, n, size_));
+  std::memcpy(dst, mapped_, n);
 }
 
 void VulkanBuffer::write_async(size_t offset, const void* src, size_t n) {
@@ -111,10 +127,12 @@ void VulkanBuffer::read(size_t offset, void* dst, size_t n) const {
   if (offset > size_ || n > size_ - offset)
     throw BackendError(fmt::format("{}: read of {} bytes at {} past a {}-byte buffer",
                                    dev_.info().id, n, offset, size_));
-  if (mapped_)
+  if (mapped_) {
+    dev_.synchronize();  // the results of the work recorded before this read
     std::memcpy(dst, static_cast<const char*>(mapped_) + offset, n);
-  else
+  } else {
     dev_.staged_copy(const_cast<VulkanBuffer&>(*this), offset, dst, n, false);
+  }
 }
 
 // ---- the device -----------------------------------------------------------------------------
@@ -309,7 +327,7 @@ void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_
                                bool to_device) {
   synchronize();  // the copy must see (or not overtake) the work already recorded
   VulkanBuffer staging(*this, n, true);
-  if (to_device) staging.write(0, host, n);
+  if (to_device) staging.fill(host, n);
   VkCommandBufferBeginInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -324,13 +342,13 @@ void VulkanDevice::staged_copy(VulkanBuffer& b, size_t offset, void* host, size_
     fn_.vkCmdCopyBuffer(cmd_, b.handle(), staging.handle(), 1, &region);
   }
   submit_and_wait();
-  if (!to_device) staging.read(0, host, n);
+  if (!to_device) staging.drain(host, n);
 }
 
 void VulkanDevice::record_upload(VulkanBuffer& b, size_t offset, const void* host, size_t n) {
   begin_if_needed();
   auto& staging = pending_uploads_.emplace_back(std::make_unique<VulkanBuffer>(*this, n, true));
-  staging->write(0, host, n);
+  staging->fill(host, n);
   // After the shaders recorded before it (which may read or write the bytes), before the ones
   // recorded after it.
   barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,

@@ -40,6 +40,11 @@ class VulkanBuffer final : public Buffer {
   // The VkBuffer's size: the bytes asked for, rounded up to whole 16-byte units.
   size_t bound_size() const { return (std::max<size_t>(size_, 1) + 15) / 16 * 16; }
   uintptr_t base() const { return base_; }
+  // A staging buffer's own bytes, at once: no recorded work reads or writes a staging buffer
+  // before the copy recorded after these calls (write() and read() would wait for the work
+  // recorded so far, which a staging buffer's user may itself be recording).
+  void fill(const void* src, size_t n);
+  void drain(void* dst, size_t n) const;
 
  private:
   VulkanDevice& dev_;
