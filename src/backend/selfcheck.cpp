@@ -382,22 +382,14 @@ SelfCheckCache SelfCheckCache::load(const std::string& key) {
 
 namespace {
 
-void merge_case(std::vector<SelfCheckCase>& into, const SelfCheckCase& nc) {
-  auto it = std::find_if(into.begin(), into.end(),
-                         [&](const SelfCheckCase& c) { return c.name == nc.name; });
+// Puts item in place of the entry of the same name, or after the others.
+template <class T>
+void merge_named(std::vector<T>& into, const T& item) {
+  auto it = std::find_if(into.begin(), into.end(), [&](const T& e) { return e.name == item.name; });
   if (it != into.end())
-    *it = nc;
+    *it = item;
   else
-    into.push_back(nc);
-}
-
-void merge_timing(std::vector<SelfCheckTiming>& into, const SelfCheckTiming& nt) {
-  auto it = std::find_if(into.begin(), into.end(),
-                         [&](const SelfCheckTiming& t) { return t.name == nt.name; });
-  if (it != into.end())
-    *it = nt;
-  else
-    into.push_back(nt);
+    into.push_back(item);
 }
 
 // An exclusive advisory lock on a file, released when it goes out of scope.
@@ -422,8 +414,8 @@ class FileLock {
 }  // namespace
 
 void SelfCheckCache::merge(const SelfCheckResult& r) {
-  for (const SelfCheckCase& nc : r.cases) merge_case(cases, nc);
-  if (!r.timed.empty()) merge_timing(timings, {r.timed, r.device_ms, r.cpu_ms});
+  for (const SelfCheckCase& nc : r.cases) merge_named(cases, nc);
+  if (!r.timed.empty()) merge_named(timings, SelfCheckTiming{r.timed, r.device_ms, r.cpu_ms});
 }
 
 std::string SelfCheckCache::save(const std::string& key) const {
@@ -433,8 +425,8 @@ std::string SelfCheckCache::save(const std::string& key) const {
   // Without the lock (a read-only folder) the write below reports why.
   const FileLock lock(path + ".lock");
   SelfCheckCache now = load(key);
-  for (const SelfCheckCase& c : cases) merge_case(now.cases, c);
-  for (const SelfCheckTiming& t : timings) merge_timing(now.timings, t);
+  for (const SelfCheckCase& c : cases) merge_named(now.cases, c);
+  for (const SelfCheckTiming& t : timings) merge_named(now.timings, t);
   nlohmann::json j = {{"key", key}, {"cases", cases_to_json(now.cases)}};
   nlohmann::json timed = nlohmann::json::array();
   for (const SelfCheckTiming& t : now.timings)
