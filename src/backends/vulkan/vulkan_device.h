@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "backend/backend.h"
+#include "backend/kernel_params.h"
 #include "backends/vulkan/vulkan_probe.h"
 
 namespace ps::vk {
@@ -55,24 +56,20 @@ class VulkanBuffer final : public Buffer {
   void* mapped_ = nullptr;  // set when the memory is host-visible and coherent
 };
 
-// Push constants shared by every shader (shaders/common.glsl); 112 bytes, within the 128 every
-// device guarantees.
+// Push constants shared by every shader, from the list shaders/common.glsl declares them from
+// (backend/kernel_params.h); within the 128 bytes every device must offer.
+#define PS_CXX_U(name) uint32_t name;
+#define PS_CXX_I(name) int32_t name;
+#define PS_CXX_F(name) float name;
+#define PS_CXX_A(name) uint32_t name[4];
 struct Params {
-  uint32_t ne[4];
-  uint32_t a_nb[4];
-  uint32_t b_ne[4];
-  uint32_t b_nb[4];
-  uint32_t d_nb[4];
-  uint32_t a_off, b_off, d_off;
-  int32_t iparam;
-  float fparam0, fparam1;
-  uint32_t op;
-  uint32_t v_off;
-  uint32_t e_off;
-  float fparam2;
-  uint32_t f_off;
+  PS_KERNEL_PARAMS(PS_CXX_U, PS_CXX_I, PS_CXX_F, PS_CXX_A)
 };
-static_assert(sizeof(Params) == 124);  // within the 128 bytes every device must offer
+#undef PS_CXX_U
+#undef PS_CXX_I
+#undef PS_CXX_F
+#undef PS_CXX_A
+static_assert(sizeof(Params) == PS_KERNEL_PARAMS_BYTES && sizeof(Params) <= 128);
 
 class VulkanDevice final : public Device {
  public:

@@ -1,26 +1,15 @@
-// Shared by every kernel: the push-constant block the host fills (vulkan_ops.cpp) and the
-// index helpers. Shapes and strides are in elements of each operand's type; offsets are the
+// Shared by every kernel: the push-constant block the host fills (vulkan_ops.cpp), declared from
+// backend/kernel_params.h's list as the host's Params is, and the index helpers. Offsets are an
 // operand's first element within its bound range (the host binds at aligned offsets).
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 
+#include "backend/kernel_params.h"
+#define PS_GLSL_U(name) uint name;
+#define PS_GLSL_I(name) int name;
+#define PS_GLSL_F(name) float name;
+#define PS_GLSL_A(name) uint name[4];
 layout(push_constant) uniform Params {
-  uint ne[4];    // shape of the output (and of src0 for the elementwise ops)
-  uint a_nb[4];  // src0 strides
-  uint b_ne[4];  // src1 shape
-  uint b_nb[4];  // src1 strides
-  uint d_nb[4];  // output strides
-  uint a_off;
-  uint b_off;
-  uint d_off;
-  int iparam;
-  float fparam0;
-  float fparam1;
-  uint op;  // elementwise: which op; attention: the sliding window (0: none); get_rows: rows
-            // of the whole table
-  uint v_off;  // attention: the V cache's first element
-  uint e_off;  // attention: the per-token (position, plane) pairs' first element (binding 4)
-  float fparam2;
-  uint f_off;  // attention: the sinks' first element (binding 5)
+  PS_KERNEL_PARAMS(PS_GLSL_U, PS_GLSL_I, PS_GLSL_F, PS_GLSL_A)
 }
 p;
 
