@@ -2,9 +2,10 @@
 (on other devices, batch sizes or builds) compute it once.
 
 The folder is $POLYSTACK_REFERENCE_CACHE (the test suite sets it); without it nothing is kept.
-An entry's name is a hash of the model file's bytes, the caller's parameters and the source of
-the reference and of the calling script, so a change to any of them computes it again. Tests
-that want the same entry at once wait for the first to write it (a lock per entry).
+An entry's name is a hash of the model file's bytes, the caller's parameters, the source of the
+reference and of the calling script and the numpy and gguf versions, so a change to any of them
+computes it again. Tests that want the same entry at once wait for the first to write it (a lock
+per entry).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
@@ -33,7 +35,8 @@ def cached(model_path: str, params: list, caller: str,
             h.update(chunk)
     for source in (HERE / "llama_ref.py", HERE / "ref_cache.py", Path(caller).resolve()):
         h.update(source.read_bytes())
-    h.update(json.dumps(params).encode())
+    # The packages the reference computes with (gguf dequantizes the weights).
+    h.update(json.dumps(params + [np.__version__, metadata.version("gguf")]).encode())
     os.makedirs(folder, exist_ok=True)
     entry = os.path.join(folder, h.hexdigest()[:32])
     with open(entry + ".lock", "w") as lock:
