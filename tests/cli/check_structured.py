@@ -72,7 +72,7 @@ def main():
     models = [a.model] + ([a.chat_model] if a.chat_model and os.path.exists(a.chat_model)
                           else [])
     if len(models) == 1:
-        print("the default chat model is not installed: its checks skipped")
+        print("no chat model to take: its checks skipped")
     for model in models:
         name = os.path.basename(model)
         for temp, seed in (("0", "1"), ("0.9", "1"), ("0.9", "2"), ("1.5", "3")):

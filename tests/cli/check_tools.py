@@ -88,7 +88,7 @@ def main():
     if a.chat_model and os.path.exists(a.chat_model):
         model, args = a.chat_model, []
     elif os.path.exists(a.model):
-        print("the default chat model is not installed: stories260K with chatml")
+        print("no chat model to take: stories260K with chatml")
         model, args = a.model, ["--chat-template", "chatml"]
     else:
         print(f"skipped: {a.model} is absent")
