@@ -196,7 +196,7 @@ def reference_logits(args, path: str, rounded: bool, check_routing: bool):
     """(ids, n_vocab, logits, routing decisive, routing line) of the reference for the model at
     path, from POLYSTACK_REFERENCE_CACHE when it holds them."""
 
-    def compute():
+    def compute() -> dict[str, np.ndarray]:
         model = reference_model(args, path)
         ids = token_ids(args, model.hp.n_vocab)
         trace = llama_ref.RoutingTrace()
@@ -204,15 +204,11 @@ def reference_logits(args, path: str, rounded: bool, check_routing: bool):
                                rounding=round_like_backend if rounded else None)
         decisive, line = (routing_is_decisive(model, ids, args.kv_cache, trace)
                           if check_routing else (True, ""))
-        return ids, model.hp.n_vocab, ref, decisive, line
-
-    def arrays():
-        ids, n_vocab, ref, decisive, line = compute()
-        return {"ids": np.array(ids, dtype=np.int64), "n_vocab": np.array(n_vocab), "ref": ref,
-                "decisive": np.array(decisive), "line": np.array(line)}
+        return {"ids": np.array(ids, dtype=np.int64), "n_vocab": np.array(model.hp.n_vocab),
+                "ref": ref, "decisive": np.array(decisive), "line": np.array(line)}
 
     z = ref_cache.cached(path, [args.tokens, args.seed, args.n_tokens, args.ctx_size,
-                                args.kv_cache, rounded, check_routing], __file__, arrays)
+                                args.kv_cache, rounded, check_routing], __file__, compute)
     return ([int(i) for i in z["ids"]], int(z["n_vocab"]), z["ref"], bool(z["decisive"]),
             str(z["line"]))
 

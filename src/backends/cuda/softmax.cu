@@ -33,8 +33,9 @@ __global__ void softmax_kernel(View x, View d, float scale, int causal) {
 
 void softmax(const Launch& l, const Tensor& node) {
   const Tensor& x = *node.src[0];
+  const SoftMaxParams p = softmax_params(node);
   PS_LAUNCH(softmax_kernel, unsigned(x.n_rows()), kThreads, l.stream, view_of(x), view_of(node),
-            softmax_params(node).scale, softmax_params(node).causal_offset);
+            p.scale, p.causal_offset);
   check_launch("softmax");
 }
 
