@@ -1,5 +1,5 @@
 # Writes OUT, a C++ file holding every SPIR-V module of SPV_FILES ("|"-separated) as a byte
-# array, and the table find_shader() searches (see src/backends/vulkan/vulkan_shaders.h).
+# array, and the table find_shader() searches (see src/backends/vulkan/shaders.h).
 string(REPLACE "|" ";" files "${SPV_FILES}")
 set(arrays "")
 set(entries "")
@@ -12,7 +12,7 @@ foreach(f IN LISTS files)
 endforeach()
 file(WRITE "${OUT}.tmp"
   "// Generated at build time from src/backends/vulkan/shaders; do not edit.\n"
-  "#include \"backends/vulkan/vulkan_shaders.h\"\n\n"
+  "#include \"backends/vulkan/shaders.h\"\n\n"
   "#include <iterator>\n\n"
   "namespace ps::vk {\nnamespace {\n${arrays}\n"
   "const ShaderCode kShaders[] = {\n${entries}};\n}  // namespace\n\n"

@@ -142,8 +142,13 @@ static_assert(sizeof(Tensor) - sizeof(std::string) == 200,
               "Tensor changed: raise kBackendAbiVersion");
 using BackendAbiFn = int (*)();
 inline constexpr const char* kBackendAbiSymbol = "polystack_backend_abi";
-#define POLYSTACK_BACKEND_PLUGIN(create_expr)                                \
-  extern "C" ps::Backend* polystack_backend_create() { return create_expr; } \
-  extern "C" int polystack_backend_abi() { return ps::kBackendAbiVersion; }
+// A plugin is built with hidden visibility (cmake/plugin.cmake): these two are its exports.
+#define POLYSTACK_BACKEND_PLUGIN(create_expr)                                                 \
+  extern "C" __attribute__((visibility("default"))) ps::Backend* polystack_backend_create() { \
+    return create_expr;                                                                       \
+  }                                                                                           \
+  extern "C" __attribute__((visibility("default"))) int polystack_backend_abi() {             \
+    return ps::kBackendAbiVersion;                                                            \
+  }
 
 }  // namespace ps

@@ -10,12 +10,10 @@
 
 #include "backend/child_process.h"
 #include "backend/probe_json.h"
+#include "backends/builtin.h"
 #include "core/error.h"
 
 namespace ps {
-
-// Defined with the backends that are compiled into this binary.
-void register_builtin_backends(Registry& registry);
 
 namespace {
 

@@ -18,14 +18,12 @@
 #include "backend/child_process.h"
 #include "backend/physical_device.h"
 #include "backend/registry.h"
+#include "backends/builtin.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/version.h"
 
 namespace ps {
-
-// Defined with the backends that are compiled into this binary.
-void register_builtin_backends(Registry& registry);
 
 namespace {
 

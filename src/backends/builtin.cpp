@@ -1,4 +1,6 @@
 // The backends compiled into the binary itself; GPU backends arrive as plugins.
+#include "backends/builtin.h"
+
 #include "backend/registry.h"
 #include "backends/cpu/cpu_backend.h"
 

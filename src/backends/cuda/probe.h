@@ -1,6 +1,6 @@
 #pragma once
 // The probe of the API this plugin is built for: devices with their facts, or why there are
-// none. cuda_probe.cu asks the NVIDIA driver (opened at run time, never linked); hip_probe.cpp
+// none. probe_cuda.cpp asks the NVIDIA driver (opened at run time, never linked); probe_hip.cpp
 // asks the ROCm runtime.
 #include "backend/backend.h"
 

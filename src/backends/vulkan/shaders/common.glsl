@@ -1,4 +1,4 @@
-// Shared by every kernel: the push-constant block the host fills (vulkan_ops.cpp), declared from
+// Shared by every kernel: the push-constant block the host fills (ops.cpp), declared from
 // backend/kernel_params.h's list as the host's Params is, and the index helpers. Offsets are an
 // operand's first element within its bound range (the host binds at aligned offsets).
 #extension GL_EXT_shader_explicit_arithmetic_types : require

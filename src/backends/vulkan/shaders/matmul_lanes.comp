@@ -21,7 +21,7 @@ layout(std430, binding = 2) writeonly buffer D { float y[]; };
 
 #include "weights.glsl"
 
-// Two shapes (host: vulkan_ops.cpp): for one or a few activation rows, 4 weight rows per lane
+// Two shapes (host: ops.cpp): for one or a few activation rows, 4 weight rows per lane
 // and one activation row per workgroup; for prompt batches, 8 x 8, where every read of a
 // weight block serves 8 activation rows and every read of an activation serves 64 weight rows.
 const uint ROWS = LANE_ROWS;  // weight rows per lane

@@ -1,9 +1,11 @@
-#include "backends/vulkan/vulkan_loader.h"
+#include "backends/vulkan/loader.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <mutex>
+
+#include "core/error.h"
 
 namespace ps::vk {
 
@@ -72,6 +74,11 @@ bool load_device_functions(const InstanceFunctions& i, VkDevice device, DeviceFu
   POLYSTACK_VK_DEVICE_FUNCTIONS(POLYSTACK_VK_LOAD_DEVICE)
 #undef POLYSTACK_VK_LOAD_DEVICE
   return true;
+}
+
+void check(VkResult r, const char* what) {
+  if (r != VK_SUCCESS)
+    throw BackendError(fmt::format("vulkan: {} failed: {}", what, result_name(r)));
 }
 
 const char* result_name(VkResult r) {

@@ -1,11 +1,12 @@
 // The Vulkan backend plugin (libpolystack-backend-vulkan.so): probes the loader and drivers,
 // reports every device with its facts, and opens devices that run every op of the engine
-// (vulkan_ops.cpp). Whether the default policy trusts a device is the self-check's to say.
+// (ops.cpp). Whether the default policy trusts a device is the self-check's to say.
+#include "backend/backend.h"
+
 #include <fmt/format.h>
 
-#include "backend/backend.h"
-#include "backends/vulkan/vulkan_device.h"
-#include "backends/vulkan/vulkan_probe.h"
+#include "backends/vulkan/device.h"
+#include "backends/vulkan/probe.h"
 #include "core/error.h"
 
 namespace ps::vk {

@@ -1,6 +1,6 @@
 // What the Vulkan loader and its drivers offer: every physical device with the facts that
 // decide whether and how polystack can use it, or the precise reason there is none.
-#include "backends/vulkan/vulkan_probe.h"
+#include "backends/vulkan/probe.h"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backends/vulkan/vulkan_loader.h"
+#include "backends/vulkan/loader.h"
 
 namespace ps::vk {
 

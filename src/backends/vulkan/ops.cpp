@@ -1,15 +1,16 @@
 // Which ops the Vulkan backend runs, and how each is dispatched: the shader, its push constants
 // and the workgroup grid. What a kernel cannot take is refused with a reason, so the conformance
 // suite lists the gaps and a caller can place those ops elsewhere.
+#include "graph/ops.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "backend/kernel_codes.h"
 #include "backend/op_checks.h"
-#include "backends/vulkan/vulkan_device.h"
+#include "backends/vulkan/device.h"
 #include "core/error.h"
-#include "graph/ops.h"
 
 namespace ps::vk {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/kernel_params.h"
-#include "backends/vulkan/vulkan_probe.h"
+#include "backends/vulkan/probe.h"
 
 namespace ps::vk {
 
@@ -56,20 +56,10 @@ class VulkanBuffer final : public Buffer {
   void* mapped_ = nullptr;  // set when the memory is host-visible and coherent
 };
 
-// Push constants shared by every shader, from the list shaders/common.glsl declares them from
-// (backend/kernel_params.h); within the 128 bytes every device must offer.
-#define PS_CXX_U(name) uint32_t name;
-#define PS_CXX_I(name) int32_t name;
-#define PS_CXX_F(name) float name;
-#define PS_CXX_A(name) uint32_t name[4];
-struct Params {
-  PS_KERNEL_PARAMS(PS_CXX_U, PS_CXX_I, PS_CXX_F, PS_CXX_A)
-};
-#undef PS_CXX_U
-#undef PS_CXX_I
-#undef PS_CXX_F
-#undef PS_CXX_A
-static_assert(sizeof(Params) == PS_KERNEL_PARAMS_BYTES && sizeof(Params) <= 128);
+// Push constants shared by every shader (backend/kernel_params.h; shaders/common.glsl declares
+// the same list), within the 128 bytes every device must offer.
+using Params = KernelParams;
+static_assert(sizeof(Params) <= 128);
 
 class VulkanDevice final : public Device {
  public:

@@ -100,6 +100,9 @@ bool load_device_functions(const InstanceFunctions& i, VkDevice device, DeviceFu
 // "VK_ERROR_INCOMPATIBLE_DRIVER" and the like, for messages.
 const char* result_name(VkResult r);
 
+// Throws BackendError naming the call and the result unless r is VK_SUCCESS.
+void check(VkResult r, const char* what);
+
 // "1.3.239"
 std::string version_string(uint32_t v);
 
