@@ -17,6 +17,7 @@ constexpr ApiNames kApiNames[] = {
     {Api::Vulkan, "vulkan", "Vulkan"},
     {Api::OpenCL, "opencl", "OpenCL"},
     {Api::DirectML, "directml", "DirectML"},
+    {Api::Null, "null", "Null (the skeleton)"},
 };
 
 const ApiNames* names_of(Api api) {

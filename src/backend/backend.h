@@ -14,7 +14,9 @@
 
 namespace ps {
 
-enum class Api { Cpu, Cuda, Hip, Metal, Vulkan, OpenCL, DirectML };
+// Null is the skeleton a new backend is copied from (backends/null): not in kAllApis, so the
+// registry neither looks for its plugin nor lists it; its tests load it by path.
+enum class Api { Cpu, Cuda, Hip, Metal, Vulkan, OpenCL, DirectML, Null };
 inline constexpr Api kAllApis[] = {Api::Cuda,   Api::Hip,      Api::Metal, Api::Vulkan,
                                    Api::OpenCL, Api::DirectML, Api::Cpu};
 std::string_view api_name(Api api);          // "cpu", "cuda", ...

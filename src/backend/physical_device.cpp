@@ -85,6 +85,8 @@ int api_rank(Api a) {
       return 3;
     case Api::Cpu:
       return 4;
+    case Api::Null:
+      return 5;
   }
   return 5;
 }
