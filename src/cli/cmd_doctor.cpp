@@ -201,7 +201,7 @@ Action add_doctor(CLI::App& app) {
         const std::string api(api_name(r.api));
         if (r.api == Api::Cpu || r.api == Api::Metal || r.api == Api::DirectML || !wanted(api))
           continue;
-        if (r.api == Api::OpenCL && !r.built) continue;  // no backend yet: the file checks say so
+        if (r.api == Api::OpenCL && !r.built) continue;  // no plugin: the file checks say what is there
         device_checks(checks, api, r, gpus, model ? &*model : nullptr,
                       cpu_device ? cpu_device->info() : reg.probe(Api::Cpu).devices.at(0));
         for (const DeviceInfo& d : r.devices)

@@ -39,7 +39,6 @@ void opencl_chain(const Sysroot& root, std::vector<Check>& out) {
   } else {
     c.summary = fmt::format("{} OpenCL driver(s)", icds.size());
   }
-  c.summary += "; polystack has no OpenCL backend yet";
   ch.add(c);
 }
 

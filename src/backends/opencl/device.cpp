@@ -1,0 +1,115 @@
+// An OpenCL device: its context and in-order queue, the map from Tensor::data's addresses to
+// buffers, and dispatching a kernel with the parameter block and its operands.
+#include "backends/opencl/device.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace ps::ocl {
+
+OclDevice::OclDevice(const Functions& f, DeviceExtras x) : f_(f), x_(std::move(x)) {
+  cl_int e = CL_SUCCESS;
+  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                         reinterpret_cast<cl_context_properties>(x_.platform), 0};
+  context_ = f_.clCreateContext(props, 1, &x_.device, nullptr, nullptr, &e);
+  check(e, "clCreateContext");
+  // In order: each command starts after the one before it has finished, which is the ordering
+  // backend.h asks for without events.
+  queue_ = f_.clCreateCommandQueue(context_, x_.device, 0, &e);
+  if (e != CL_SUCCESS) {
+    f_.clReleaseContext(context_);
+    check(e, "clCreateCommandQueue");
+  }
+  placeholder_ = f_.clCreateBuffer(context_, CL_MEM_READ_WRITE, 16, nullptr, &e);
+  if (e != CL_SUCCESS) {
+    f_.clReleaseCommandQueue(queue_);
+    f_.clReleaseContext(context_);
+    check(e, "clCreateBuffer");
+  }
+}
+
+OclDevice::~OclDevice() {
+  f_.clFinish(queue_);
+  for (auto& [name, k] : kernels_) f_.clReleaseKernel(k);
+  for (auto& [name, prog] : programs_) f_.clReleaseProgram(prog);
+  f_.clReleaseMemObject(placeholder_);
+  f_.clReleaseCommandQueue(queue_);
+  f_.clReleaseContext(context_);
+}
+
+std::unique_ptr<Buffer> OclDevice::alloc(size_t bytes) {
+  return std::make_unique<OclBuffer>(*this, bytes);
+}
+
+void OclDevice::register_buffer(OclBuffer* b) {
+  std::lock_guard lock(buffers_mu_);
+  buffers_[b->base()] = b;
+}
+
+void OclDevice::unregister_buffer(OclBuffer* b) {
+  std::lock_guard lock(buffers_mu_);
+  buffers_.erase(b->base());
+}
+
+bool OclDevice::owns(const void* data) const {
+  const auto addr = reinterpret_cast<uintptr_t>(data);
+  std::lock_guard lock(buffers_mu_);
+  auto it = buffers_.upper_bound(addr);
+  if (it == buffers_.begin()) return false;
+  --it;
+  return addr < it->first + it->second->size() || addr == it->first;
+}
+
+OclDevice::Operand OclDevice::operand(const Tensor& t) const {
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  std::lock_guard lock(buffers_mu_);
+  auto it = buffers_.upper_bound(addr);
+  if (it != buffers_.begin()) {
+    --it;
+    if (addr < it->first + it->second->size() || addr == it->first)
+      return {it->second->mem(), cl_ulong(addr - it->first)};
+  }
+  throw BackendError(
+      fmt::format("{}: tensor {} is not in one of this device's buffers", x_.info.id, t.name));
+}
+
+void OclDevice::synchronize() { check(f_.clFinish(queue_), "clFinish"); }
+
+cl_kernel OclDevice::kernel(const std::string& program, const std::string& name) {
+  const std::string key = program + "/" + name;
+  if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+  cl_program& prog = programs_[program];
+  if (!prog) prog = build_program(f_, context_, x_, program);
+  cl_int e = CL_SUCCESS;
+  cl_kernel k = f_.clCreateKernel(prog, name.c_str(), &e);
+  check(e, "clCreateKernel");
+  kernels_[key] = k;
+  return k;
+}
+
+void OclDevice::dispatch(const std::string& program, const std::string& name, const KernelParams& p,
+                         std::initializer_list<Operand> operands, const size_t (&groups)[3],
+                         size_t local) {
+  cl_kernel k = kernel(program, name);
+  check(f_.clSetKernelArg(k, 0, sizeof p, &p), "clSetKernelArg");
+  cl_uint arg = 1;
+  auto it = operands.begin();
+  for (int i = 0; i < 6; ++i, arg += 2) {
+    Operand o{placeholder_, 0};
+    if (it != operands.end()) {
+      if (it->mem) o = *it;
+      ++it;
+    }
+    check(f_.clSetKernelArg(k, arg, sizeof(cl_mem), &o.mem), "clSetKernelArg");
+    check(f_.clSetKernelArg(k, arg + 1, sizeof(cl_ulong), &o.offset), "clSetKernelArg");
+  }
+  const size_t global[3] = {groups[0] * local, groups[1], groups[2]};
+  const size_t local_size[3] = {local, 1, 1};
+  for (size_t g : groups)
+    if (g == 0) return;  // nothing to do (an empty tensor)
+  check(f_.clEnqueueNDRangeKernel(queue_, k, 3, nullptr, global, local_size, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel");
+}
+
+}  // namespace ps::ocl

@@ -1,0 +1,310 @@
+// Which ops the OpenCL backend runs, and how each is dispatched: the program and kernel
+// (kernels/*.cl), the parameter block (backend/kernel_params.h) and the grid. What a kernel
+// cannot take is refused with a reason, so the conformance suite lists the gaps and a caller can
+// place those ops elsewhere.
+#include "graph/ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "backend/kernel_codes.h"
+#include "backend/op_checks.h"
+#include "backends/opencl/device.h"
+#include "core/error.h"
+
+namespace ps::ocl {
+namespace {
+
+constexpr size_t kGroup = 64;         // WG in kernels/common.cl
+constexpr int64_t kMaxHeadDim = 256;  // MAX_HD in kernels/ops.cl
+constexpr uint64_t kMatmulCols = 4;   // COLS in kernels/matmul.cl
+
+size_t ceil_div(uint64_t a, uint64_t b) { return size_t((a + b - 1) / b); }
+
+// The kernels index in 32 bits: every shape, stride and operand size must fit.
+bool fits_u32(const Tensor& t) {
+  for (int d = 0; d < 4; ++d)
+    if (t.ne[size_t(d)] > int64_t(UINT32_MAX) || t.nb[size_t(d)] > UINT32_MAX) return false;
+  return t.n_bytes() <= UINT32_MAX;
+}
+
+// The weight types weights.cl decodes: every GGUF type polystack reads.
+bool has_weight_kernel(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
+    case DType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// "weights_q4_k": the program with that type's get_rows, matmul and matmul_id.
+std::string weights_program(DType t) {
+  std::string name(dtype_name(t));
+  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return "weights_" + name;
+}
+
+void shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t unit) {
+  for (int d = 0; d < 4; ++d) {
+    ne[d] = uint32_t(t.ne[size_t(d)]);
+    nb[d] = uint32_t(t.nb[size_t(d)] / unit);
+  }
+}
+
+void strides(uint32_t (&nb)[4], const Tensor& t, size_t unit) {
+  uint32_t ne[4];
+  shape(ne, nb, t, unit);
+}
+
+}  // namespace
+
+std::string OclDevice::unsupported_reason(const Tensor& n) const {
+  for (const Tensor* t :
+       {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
+        static_cast<const Tensor*>(n.src[2])})
+    if (t && !fits_u32(*t)) return "an operand, shape or stride beyond 32 bits";
+  for (const Tensor* t :
+       {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
+        static_cast<const Tensor*>(n.src[2])})
+    if (t && t->n_bytes() > x_.max_alloc)
+      return fmt::format("an operand of {} MiB, more than the device allocates at once ({} MiB)",
+                         t->n_bytes() >> 20, x_.max_alloc >> 20);
+  switch (n.op) {
+    case OpKind::None:
+    case OpKind::View:
+      return {};
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
+    case OpKind::Silu:
+    case OpKind::Gelu:
+    case OpKind::Scale:
+    case OpKind::Sigmoid:
+    case OpKind::Rope:
+    case OpKind::RmsNorm:
+    case OpKind::SoftMax:
+      return row_operands_problem(n);
+    case OpKind::MatMul:
+    case OpKind::GetRows: {
+      const Tensor& w = *n.src[0];
+      if (!has_weight_kernel(w.type))
+        return fmt::format("no OpenCL kernel for {} {}", dtype_name(w.type),
+                           n.op == OpKind::MatMul ? "weights" : "tables");
+      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || !f32_rows(n))
+        return "only contiguous rows";
+      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
+      if (n.op == OpKind::GetRows) {
+        if (!n.src[1]->is_contiguous()) return "only contiguous ids";
+        return {};
+      }
+      if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
+        return "only 2-D F32 activations with contiguous rows";
+      return {};
+    }
+    case OpKind::Copy:
+      return copy_operands_problem(n);
+    case OpKind::Attention: {
+      if (const Tensor* info = attention_token_info(n); info && !info->is_contiguous())
+        return "per-token positions that are not contiguous";
+      if (std::string why = attention_operands_problem(n); !why.empty()) return why;
+      if (n.src[0]->ne[0] > kMaxHeadDim) return "head size above 256";
+      return {};
+    }
+    case OpKind::ExpertSum:
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+      return experts_operands_problem(n);
+    case OpKind::MatMulId:
+      if (!has_weight_kernel(n.src[0]->type))
+        return fmt::format("no OpenCL kernel for {} weights", dtype_name(n.src[0]->type));
+      return experts_operands_problem(n);
+    case OpKind::Count:
+      break;
+  }
+  return "unknown op";
+}
+
+void OclDevice::execute(std::span<Tensor* const> nodes) {
+  for (Tensor* n : nodes) {
+    if (n->op == OpKind::None || n->op == OpKind::View) continue;
+    // execute() gets only supported nodes (backend.h); anything else is the caller's bug.
+    if (const std::string why = unsupported_reason(*n); !why.empty())
+      throw BackendError(fmt::format("{}: {} ({}) is not supported here: {}", x_.info.id, n->name,
+                                     op_name(n->op), why));
+    run(*n);
+  }
+  check(f_.clFlush(queue_), "clFlush");  // started, not waited for (synchronize() waits)
+}
+
+void OclDevice::run(Tensor& n) {
+  KernelParams p{};
+  const Tensor* a = n.src[0];
+  const Operand none{};
+  const auto op = [&](const Tensor* t) { return t ? operand(*t) : none; };
+  switch (n.op) {
+    case OpKind::None:
+    case OpKind::View:
+      return;
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
+    case OpKind::Silu:
+    case OpKind::Gelu:
+    case OpKind::Scale:
+    case OpKind::Sigmoid: {
+      const Tensor* b = n.src[1];
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      p.op = elementwise_code(n.op);
+      const ElementwiseScalars s = elementwise_scalars(n);
+      p.fparam0 = s.s0;
+      p.fparam1 = s.s1;
+      dispatch("ops", "elementwise", p, {op(a), op(b), op(&n)},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+      return;
+    }
+    case OpKind::RmsNorm:
+    case OpKind::SoftMax: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      if (n.op == OpKind::RmsNorm) {
+        p.fparam0 = rms_norm_params(n).eps;
+      } else {
+        const SoftMaxParams sp = softmax_params(n);
+        p.fparam0 = sp.scale;
+        p.iparam = sp.causal_offset;
+      }
+      dispatch("ops", n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", p, {op(a), none, op(&n)},
+               {1, size_t(a->n_rows()), 1}, kGroup);
+      return;
+    }
+    case OpKind::Rope: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      const RopeParams rp = rope_params(n);
+      p.iparam = rp.n_rot;
+      p.op = (rp.mode == RopeMode::NeoX ? PS_ROPE_NEOX : 0u) | (n.src[2] ? PS_ROPE_FACTORS : 0u);
+      p.fparam0 = rp.freq_base;
+      p.fparam1 = rp.freq_scale;
+      p.fparam2 = rp.attn_factor;
+      dispatch("ops", "rope", p, {op(a), op(n.src[1]), op(&n), op(n.src[2])},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+      return;
+    }
+    case OpKind::MatMul: {
+      const Tensor& x = *n.src[1];
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, x, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      dispatch(weights_program(a->type), "matmul", p, {op(a), op(&x), op(&n)},
+               {size_t(a->ne[1]), ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1}, kGroup);
+      return;
+    }
+    case OpKind::GetRows: {
+      const Tensor& ids = *n.src[1];
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, ids, sizeof(int32_t));
+      strides(p.d_nb, n, sizeof(float));
+      p.op = uint32_t(a->ne[1]);
+      dispatch(weights_program(a->type), "get_rows", p, {op(a), op(&ids), op(&n)},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(ids.ne[0]), 1}, kGroup);
+      return;
+    }
+    case OpKind::Copy: {
+      const Tensor& dst = *n.src[1];
+      const size_t unit = dtype_info(dst.type).block_bytes;
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, dst, unit);
+      strides(p.d_nb, dst, unit);
+      p.iparam = dst.type == DType::F16 ? 1 : 0;
+      dispatch("ops", "copy", p, {op(a), none, op(&dst)},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+      return;
+    }
+    case OpKind::Attention: {
+      const Tensor& k = *n.src[1];
+      const Tensor& v = *n.src[2];
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
+      strides(p.d_nb, n, sizeof(float));
+      const AttentionParams ap = attention_params(n);
+      const Tensor* info = attention_token_info(n);
+      // iparam < 0: each token's position and plane (-2: block table) come from operand 4.
+      p.iparam = ap.paged ? -2 : info ? -1 : ap.n_past;
+      p.fparam0 = ap.scale;
+      p.op = uint32_t(ap.window);
+      const Tensor* sinks = attention_sinks(n);
+      p.fparam1 = sinks ? 1.0f : 0.0f;
+      // The V cache's strides are K's (attention_operands_problem checks one layout).
+      dispatch("ops", "attention", p, {op(a), op(&k), op(&n), op(&v), op(info), op(sinks)},
+               {size_t(a->ne[1]), size_t(a->ne[2]), 1}, kGroup);
+      return;
+    }
+    case OpKind::TopK: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      strides(p.d_nb, n, sizeof(int32_t));
+      p.iparam = top_k_params(n).k;
+      dispatch("ops", "top_k", p, {op(a), none, op(&n)},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->ne[1]), 1}, kGroup);
+      return;
+    }
+    case OpKind::ExpertWeights: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(int32_t));
+      strides(p.d_nb, n, sizeof(float));
+      const ExpertWeightsParams ew = expert_weights_params(n);
+      p.op = uint32_t(ew.gating);
+      p.iparam = ew.normalize ? 1 : 0;
+      p.fparam0 = ew.scale;
+      dispatch("ops", "expert_weights", p, {op(a), op(n.src[1]), op(&n)},
+               {ceil_div(uint64_t(a->ne[1]), kGroup), 1, 1}, kGroup);
+      return;
+    }
+    case OpKind::MatMulId: {
+      const Tensor& x = *n.src[1];
+      const Tensor& ids = *n.src[2];
+      shape(p.ne, p.a_nb, *a, 1);
+      shape(p.b_ne, p.b_nb, x, sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      p.iparam = int32_t(ids.ne[0]);
+      p.op = uint32_t(a->ne[2]);
+      dispatch(weights_program(a->type), "matmul_id", p, {op(a), op(&x), op(&n), op(&ids)},
+               {size_t(a->ne[1]), size_t(ids.ne[0] * ids.ne[1]), 1}, kGroup);
+      return;
+    }
+    case OpKind::ExpertSum: {
+      shape(p.ne, p.a_nb, *a, sizeof(float));
+      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(float));
+      strides(p.d_nb, n, sizeof(float));
+      dispatch("ops", "expert_sum", p, {op(a), op(n.src[1]), op(&n)},
+               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->ne[2]), 1}, kGroup);
+      return;
+    }
+    case OpKind::Count:
+      break;
+  }
+  throw BackendError(fmt::format("{}: no kernel for {}", x_.info.id, op_name(n.op)));
+}
+
+}  // namespace ps::ocl
