@@ -89,8 +89,9 @@ cl_kernel OclDevice::kernel(const std::string& program, const std::string& name)
 }
 
 void OclDevice::dispatch(const std::string& program, const std::string& name, const KernelParams& p,
-                         std::initializer_list<Operand> operands, const size_t (&groups)[3],
-                         size_t local) {
+                         std::initializer_list<Operand> operands,
+                         const std::array<size_t, 3>& groups) {
+  constexpr size_t local = 64;  // WG in kernels/common.cl
   cl_kernel k = kernel(program, name);
   check(f_.clSetKernelArg(k, 0, sizeof p, &p), "clSetKernelArg");
   cl_uint arg = 1;

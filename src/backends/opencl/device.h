@@ -2,6 +2,7 @@
 // An OpenCL device: its context and in-order queue, buffers in device memory that Tensor::data
 // names by opaque addresses, and the kernels, built from the embedded OpenCL C sources on first
 // use and kept as program binaries per device and driver (program_cache.cpp).
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,11 +69,11 @@ class OclDevice final : public Device {
     cl_ulong offset = 0;
   };
   Operand operand(const Tensor& t) const;
-  // Runs kernel `name` of program `program` (see kernels.cpp) with the parameter block and up
-  // to six operands (absent ones bound to a placeholder), over a grid of `groups` work-groups of
-  // `local` items each (dimension 0 first).
+  // Runs kernel `name` of program `program` (kernels.h) with the parameter block and up to six
+  // operands (absent ones bound to a placeholder): groups[0] work-groups of 64 items along
+  // dimension 0, groups[1] and groups[2] items along dimensions 1 and 2.
   void dispatch(const std::string& program, const std::string& name, const KernelParams& p,
-                std::initializer_list<Operand> operands, const size_t (&groups)[3], size_t local);
+                std::initializer_list<Operand> operands, const std::array<size_t, 3>& groups);
 
  private:
   cl_kernel kernel(const std::string& program, const std::string& name);

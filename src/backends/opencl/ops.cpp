@@ -7,10 +7,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 
-#include "backend/kernel_codes.h"
 #include "backend/op_checks.h"
+#include "backend/op_params.h"
 #include "backends/opencl/device.h"
 #include "core/error.h"
 
@@ -60,18 +61,6 @@ std::string weights_program(DType t) {
   std::string name(dtype_name(t));
   for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
   return "weights_" + name;
-}
-
-void shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t unit) {
-  for (int d = 0; d < 4; ++d) {
-    ne[d] = uint32_t(t.ne[size_t(d)]);
-    nb[d] = uint32_t(t.nb[size_t(d)] / unit);
-  }
-}
-
-void strides(uint32_t (&nb)[4], const Tensor& t, size_t unit) {
-  uint32_t ne[4];
-  shape(ne, nb, t, unit);
 }
 
 }  // namespace
@@ -156,10 +145,13 @@ void OclDevice::execute(std::span<Tensor* const> nodes) {
 }
 
 void OclDevice::run(Tensor& n) {
-  KernelParams p{};
+  const KernelParams p = kernel_params_for(n);
   const Tensor* a = n.src[0];
-  const Operand none{};
-  const auto op = [&](const Tensor* t) { return t ? operand(*t) : none; };
+  const auto op = [&](const Tensor* t) { return t ? operand(*t) : Operand{}; };
+  // Grids: (work-groups along dimension 0, items along 1 and 2); kGroup items per work-group.
+  const auto per_element = [&](const Tensor& t, uint64_t rows) -> std::array<size_t, 3> {
+    return {ceil_div(uint64_t(t.ne[0]), kGroup), size_t(rows), 1};
+  };
   switch (n.op) {
     case OpKind::None:
     case OpKind::View:
@@ -171,136 +163,52 @@ void OclDevice::run(Tensor& n) {
     case OpKind::Silu:
     case OpKind::Gelu:
     case OpKind::Scale:
-    case OpKind::Sigmoid: {
-      const Tensor* b = n.src[1];
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      p.op = elementwise_code(n.op);
-      const ElementwiseScalars s = elementwise_scalars(n);
-      p.fparam0 = s.s0;
-      p.fparam1 = s.s1;
-      dispatch("ops", "elementwise", p, {op(a), op(b), op(&n)},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+    case OpKind::Sigmoid:
+      dispatch("ops", "elementwise", p, {op(a), op(n.src[1]), op(&n)},
+               per_element(*a, uint64_t(a->n_rows())));
       return;
-    }
     case OpKind::RmsNorm:
-    case OpKind::SoftMax: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      if (n.op == OpKind::RmsNorm) {
-        p.fparam0 = rms_norm_params(n).eps;
-      } else {
-        const SoftMaxParams sp = softmax_params(n);
-        p.fparam0 = sp.scale;
-        p.iparam = sp.causal_offset;
-      }
-      dispatch("ops", n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", p, {op(a), none, op(&n)},
-               {1, size_t(a->n_rows()), 1}, kGroup);
+    case OpKind::SoftMax:  // a work-group per row
+      dispatch("ops", n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", p, {op(a), {}, op(&n)},
+               {1, size_t(a->n_rows()), 1});
       return;
-    }
-    case OpKind::Rope: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      const RopeParams rp = rope_params(n);
-      p.iparam = rp.n_rot;
-      p.op = (rp.mode == RopeMode::NeoX ? PS_ROPE_NEOX : 0u) | (n.src[2] ? PS_ROPE_FACTORS : 0u);
-      p.fparam0 = rp.freq_base;
-      p.fparam1 = rp.freq_scale;
-      p.fparam2 = rp.attn_factor;
+    case OpKind::Rope:
       dispatch("ops", "rope", p, {op(a), op(n.src[1]), op(&n), op(n.src[2])},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+               per_element(*a, uint64_t(a->n_rows())));
       return;
-    }
-    case OpKind::MatMul: {
-      const Tensor& x = *n.src[1];
-      shape(p.ne, p.a_nb, *a, 1);
-      shape(p.b_ne, p.b_nb, x, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      dispatch(weights_program(a->type), "matmul", p, {op(a), op(&x), op(&n)},
-               {size_t(a->ne[1]), ceil_div(uint64_t(x.ne[1]), kMatmulCols), 1}, kGroup);
+    case OpKind::MatMul:  // a work-group per weight row and kMatmulCols activation rows
+      dispatch(weights_program(a->type), "matmul", p, {op(a), op(n.src[1]), op(&n)},
+               {size_t(a->ne[1]), ceil_div(uint64_t(n.src[1]->ne[1]), kMatmulCols), 1});
       return;
-    }
-    case OpKind::GetRows: {
-      const Tensor& ids = *n.src[1];
-      shape(p.ne, p.a_nb, *a, 1);
-      shape(p.b_ne, p.b_nb, ids, sizeof(int32_t));
-      strides(p.d_nb, n, sizeof(float));
-      p.op = uint32_t(a->ne[1]);
-      dispatch(weights_program(a->type), "get_rows", p, {op(a), op(&ids), op(&n)},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(ids.ne[0]), 1}, kGroup);
+    case OpKind::GetRows:
+      dispatch(weights_program(a->type), "get_rows", p, {op(a), op(n.src[1]), op(&n)},
+               per_element(*a, uint64_t(n.src[1]->ne[0])));
       return;
-    }
-    case OpKind::Copy: {
-      const Tensor& dst = *n.src[1];
-      const size_t unit = dtype_info(dst.type).block_bytes;
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, dst, unit);
-      strides(p.d_nb, dst, unit);
-      p.iparam = dst.type == DType::F16 ? 1 : 0;
-      dispatch("ops", "copy", p, {op(a), none, op(&dst)},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->n_rows()), 1}, kGroup);
+    case OpKind::Copy:
+      dispatch("ops", "copy", p, {op(a), {}, op(n.src[1])}, per_element(*a, uint64_t(a->n_rows())));
       return;
-    }
-    case OpKind::Attention: {
-      const Tensor& k = *n.src[1];
-      const Tensor& v = *n.src[2];
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
-      strides(p.d_nb, n, sizeof(float));
-      const AttentionParams ap = attention_params(n);
-      const Tensor* info = attention_token_info(n);
-      // iparam < 0: each token's position and plane (-2: block table) come from operand 4.
-      p.iparam = ap.paged ? -2 : info ? -1 : ap.n_past;
-      p.fparam0 = ap.scale;
-      p.op = uint32_t(ap.window);
-      const Tensor* sinks = attention_sinks(n);
-      p.fparam1 = sinks ? 1.0f : 0.0f;
-      // The V cache's strides are K's (attention_operands_problem checks one layout).
-      dispatch("ops", "attention", p, {op(a), op(&k), op(&n), op(&v), op(info), op(sinks)},
-               {size_t(a->ne[1]), size_t(a->ne[2]), 1}, kGroup);
+    case OpKind::Attention:  // a work-group per (head, token)
+      dispatch("ops", "attention", p,
+               {op(a), op(n.src[1]), op(&n), op(n.src[2]), op(attention_token_info(n)),
+                op(attention_sinks(n))},
+               {size_t(a->ne[1]), size_t(a->ne[2]), 1});
       return;
-    }
-    case OpKind::TopK: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(int32_t));
-      p.iparam = top_k_params(n).k;
-      dispatch("ops", "top_k", p, {op(a), none, op(&n)},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->ne[1]), 1}, kGroup);
+    case OpKind::TopK:
+      dispatch("ops", "top_k", p, {op(a), {}, op(&n)}, per_element(*a, uint64_t(a->ne[1])));
       return;
-    }
-    case OpKind::ExpertWeights: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(int32_t));
-      strides(p.d_nb, n, sizeof(float));
-      const ExpertWeightsParams ew = expert_weights_params(n);
-      p.op = uint32_t(ew.gating);
-      p.iparam = ew.normalize ? 1 : 0;
-      p.fparam0 = ew.scale;
+    case OpKind::ExpertWeights:  // an item per token
       dispatch("ops", "expert_weights", p, {op(a), op(n.src[1]), op(&n)},
-               {ceil_div(uint64_t(a->ne[1]), kGroup), 1, 1}, kGroup);
+               {ceil_div(uint64_t(a->ne[1]), kGroup), 1, 1});
       return;
-    }
-    case OpKind::MatMulId: {
-      const Tensor& x = *n.src[1];
-      const Tensor& ids = *n.src[2];
-      shape(p.ne, p.a_nb, *a, 1);
-      shape(p.b_ne, p.b_nb, x, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      p.iparam = int32_t(ids.ne[0]);
-      p.op = uint32_t(a->ne[2]);
-      dispatch(weights_program(a->type), "matmul_id", p, {op(a), op(&x), op(&n), op(&ids)},
-               {size_t(a->ne[1]), size_t(ids.ne[0] * ids.ne[1]), 1}, kGroup);
+    case OpKind::MatMulId:  // a work-group per weight row and (slot, token) pair
+      dispatch(weights_program(a->type), "matmul_id", p,
+               {op(a), op(n.src[1]), op(&n), op(n.src[2])},
+               {size_t(a->ne[1]), size_t(n.src[2]->ne[0] * n.src[2]->ne[1]), 1});
       return;
-    }
-    case OpKind::ExpertSum: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
+    case OpKind::ExpertSum:
       dispatch("ops", "expert_sum", p, {op(a), op(n.src[1]), op(&n)},
-               {ceil_div(uint64_t(a->ne[0]), kGroup), size_t(a->ne[2]), 1}, kGroup);
+               per_element(*a, uint64_t(a->ne[2])));
       return;
-    }
     case OpKind::Count:
       break;
   }

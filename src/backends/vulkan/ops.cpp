@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "backend/kernel_codes.h"
 #include "backend/op_checks.h"
+#include "backend/op_params.h"
 #include "backends/vulkan/device.h"
 #include "core/error.h"
 
@@ -92,18 +92,6 @@ const char* weight_suffix(DType t) {
     default:
       return nullptr;
   }
-}
-
-void shape(uint32_t (&ne)[4], uint32_t (&nb)[4], const Tensor& t, size_t unit) {
-  for (int d = 0; d < 4; ++d) {
-    ne[d] = uint32_t(t.ne[size_t(d)]);
-    nb[d] = uint32_t(t.nb[size_t(d)] / unit);
-  }
-}
-
-void strides(uint32_t (&nb)[4], const Tensor& t, size_t unit) {
-  uint32_t ne[4];
-  shape(ne, nb, t, unit);
 }
 
 // Rows [first, first + count) of t along dimension dim: a view of the same bytes.
@@ -208,7 +196,7 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
 }
 
 void VulkanDevice::run(Tensor& n) {
-  Params p{};
+  Params p = kernel_params_for(n);
   const Tensor* a = n.src[0];
   const Operand none{nullptr, 0};
   uint32_t gy = 1, gz = 1;
@@ -225,13 +213,6 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Scale:
     case OpKind::Sigmoid: {
       const Tensor* b = n.src[1];
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, b ? *b : *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      p.op = elementwise_code(n.op);
-      const ElementwiseScalars s = elementwise_scalars(n);
-      p.fparam0 = s.s0;
-      p.fparam1 = s.s1;
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("elementwise", {a, sizeof(float)}, {b, sizeof(float)}, {&n, sizeof(float)}, none, p,
                ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -239,15 +220,6 @@ void VulkanDevice::run(Tensor& n) {
     }
     case OpKind::RmsNorm:
     case OpKind::SoftMax: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      if (n.op == OpKind::RmsNorm) {
-        p.fparam0 = rms_norm_params(n).eps;
-      } else {
-        const SoftMaxParams sp = softmax_params(n);
-        p.fparam0 = sp.scale;
-        p.iparam = sp.causal_offset;
-      }
       row_grid(uint64_t(a->n_rows()), gy, gz);
       // These shaders take the row from (x, y): one workgroup per row.
       dispatch(n.op == OpKind::RmsNorm ? "rms_norm" : "softmax", {a, sizeof(float)}, none,
@@ -255,14 +227,6 @@ void VulkanDevice::run(Tensor& n) {
       return;
     }
     case OpKind::Rope: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      const RopeParams rp = rope_params(n);
-      p.iparam = rp.n_rot;
-      p.op = (rp.mode == RopeMode::NeoX ? PS_ROPE_NEOX : 0u) | (n.src[2] ? PS_ROPE_FACTORS : 0u);
-      p.fparam0 = rp.freq_base;
-      p.fparam1 = rp.freq_scale;
-      p.fparam2 = rp.attn_factor;
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch("rope", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)}, {&n, sizeof(float)},
                {n.src[2], sizeof(float)}, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -270,8 +234,6 @@ void VulkanDevice::run(Tensor& n) {
     }
     case OpKind::MatMul: {
       const Tensor& x = *n.src[1];
-      shape(p.b_ne, p.b_nb, x, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
       // The kernel for this device and batch, and its rows and columns per workgroup (see
       // lane_per_row_matmul).
       const char* const type = weight_suffix(a->type);
@@ -298,7 +260,7 @@ void VulkanDevice::run(Tensor& n) {
           const uint64_t blocks = uint64_t(x.ne[0] / 32) * cols;
           Tensor& q = scratch(size_t(blocks) * 10 * sizeof(uint32_t));
           Params pq{};
-          shape(pq.ne, pq.a_nb, x, sizeof(float));
+          set_shape(pq.ne, pq.a_nb, x, sizeof(float));
           dispatch("quantize_q8", act, none, {&q, sizeof(uint32_t)}, none, pq,
                    ceil_div(uint64_t(x.ne[0] / 32), 64), uint32_t(cols), 1);
           act = {&q, sizeof(uint32_t)};
@@ -315,7 +277,7 @@ void VulkanDevice::run(Tensor& n) {
       for (int64_t r0 = 0; r0 < a->ne[1]; r0 += per_slice) {
         const int64_t count = std::min(per_slice, a->ne[1] - r0);
         const Tensor w = slice(*a, 1, r0, count), out = slice(n, 0, r0, count);
-        shape(p.ne, p.a_nb, w, 1);
+        set_shape(p.ne, p.a_nb, w, 1);
         // Groups of weight rows beyond one grid dimension continue along z (row_group()).
         uint32_t gx = ceil_div(uint64_t(count), group_rows), gz_rows = 1;
         if (gx > kMaxGroups) {
@@ -327,9 +289,9 @@ void VulkanDevice::run(Tensor& n) {
       }
       if (fault_matmul_ == a->type) {  // the test hook: the output scaled in place
         Params f{};
-        shape(f.ne, f.a_nb, n, sizeof(float));
-        shape(f.b_ne, f.b_nb, n, sizeof(float));
-        strides(f.d_nb, n, sizeof(float));
+        set_shape(f.ne, f.a_nb, n, sizeof(float));
+        set_shape(f.b_ne, f.b_nb, n, sizeof(float));
+        set_strides(f.d_nb, n, sizeof(float));
         f.op = elementwise_code(OpKind::Scale);
         f.fparam0 = 1.25f;
         row_grid(uint64_t(n.n_rows()), gy, gz);
@@ -342,14 +304,11 @@ void VulkanDevice::run(Tensor& n) {
       // As for matmul, a table larger than one storage binding is read in slices of rows; each
       // pass writes the output rows whose ids fall in its slice.
       const Tensor& ids = *n.src[1];
-      shape(p.b_ne, p.b_nb, ids, sizeof(int32_t));
-      strides(p.d_nb, n, sizeof(float));
-      p.op = uint32_t(a->ne[1]);
       row_grid(uint64_t(ids.ne[0]), gy, gz);
       const int64_t per_slice = rows_per_binding(*a);
       for (int64_t r0 = 0; r0 < a->ne[1]; r0 += per_slice) {
         const Tensor table = slice(*a, 1, r0, std::min(per_slice, a->ne[1] - r0));
-        shape(p.ne, p.a_nb, table, 1);
+        set_shape(p.ne, p.a_nb, table, 1);
         p.iparam = int32_t(r0);
         dispatch(fmt::format("get_rows_{}", weight_suffix(a->type)), {&table, 1},
                  {&ids, sizeof(int32_t)}, {&n, sizeof(float)}, none, p,
@@ -360,9 +319,6 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Copy: {
       const Tensor& dst = *n.src[1];
       const size_t unit = dtype_info(dst.type).block_bytes;
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, dst, unit);
-      strides(p.d_nb, dst, unit);
       row_grid(uint64_t(a->n_rows()), gy, gz);
       dispatch(dst.type == DType::F16 ? "copy_f16" : "copy_f32", {a, sizeof(float)}, none,
                {&dst, unit}, none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
@@ -371,17 +327,10 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::Attention: {
       const Tensor& k = *n.src[1];
       const Tensor& v = *n.src[2];
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, k, sizeof(uint16_t));
-      strides(p.d_nb, n, sizeof(float));
-      const AttentionParams ap = attention_params(n);
+      // Binding 4 holds each token's position and plane where the block says so; binding 5 the
+      // sinks.
       const Tensor* info = attention_token_info(n);
-      // iparam < 0: each token's position and plane (-2: block table) come from binding 4.
-      p.iparam = ap.paged ? -2 : info ? -1 : ap.n_past;
-      p.fparam0 = ap.scale;
-      p.op = uint32_t(ap.window);
       const Tensor* sinks = attention_sinks(n);
-      p.fparam1 = sinks ? 1.0f : 0.0f;  // binding 5 holds the sinks
       dispatch("attention", {a, sizeof(float)}, {&k, sizeof(uint16_t)}, {&n, sizeof(float)},
                {&v, sizeof(uint16_t)}, p, uint32_t(a->ne[1]), uint32_t(a->ne[2]), 1,
                {info, sizeof(int32_t)}, {sinks, sizeof(float)});
@@ -391,21 +340,13 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::ExpertWeights: {
       // expert_weights: one invocation per row (token), groups of 64 along x, continued along y.
       const uint64_t rows = uint64_t(a->ne[1]);
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      strides(p.d_nb, n, n.op == OpKind::TopK ? sizeof(int32_t) : sizeof(float));
       const uint64_t groups = ceil_div(rows, 64);
       const uint32_t gx = uint32_t(std::min<uint64_t>(groups, kMaxGroups));
       if (n.op == OpKind::TopK) {  // an invocation per element (x) and row (y, z)
-        p.iparam = top_k_params(n).k;
         row_grid(rows, gy, gz);
         dispatch("top_k", {a, sizeof(float)}, none, {&n, sizeof(int32_t)}, none, p,
                  ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
       } else {
-        const ExpertWeightsParams ew = expert_weights_params(n);
-        shape(p.b_ne, p.b_nb, *n.src[1], sizeof(int32_t));
-        p.op = uint32_t(ew.gating);
-        p.iparam = ew.normalize ? 1 : 0;
-        p.fparam0 = ew.scale;
         dispatch("expert_weights", {a, sizeof(float)}, {n.src[1], sizeof(int32_t)},
                  {&n, sizeof(float)}, none, p, gx, ceil_div(groups, gx), 1);
       }
@@ -414,11 +355,6 @@ void VulkanDevice::run(Tensor& n) {
     case OpKind::MatMulId: {
       const Tensor& x = *n.src[1];
       const Tensor& ids = *n.src[2];
-      shape(p.ne, p.a_nb, *a, 1);
-      shape(p.b_ne, p.b_nb, x, sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
-      p.iparam = int32_t(ids.ne[0]);
-      p.op = uint32_t(a->ne[2]);
       if (ids.ne[1] >= kTileFrom) {
         // Prompts: a workgroup per 64 weight rows (x, continued over z) and expert (y, one more
         // for the ids outside the experts) over the tokens that chose it.
@@ -440,9 +376,6 @@ void VulkanDevice::run(Tensor& n) {
       return;
     }
     case OpKind::ExpertSum: {
-      shape(p.ne, p.a_nb, *a, sizeof(float));
-      shape(p.b_ne, p.b_nb, *n.src[1], sizeof(float));
-      strides(p.d_nb, n, sizeof(float));
       row_grid(uint64_t(a->ne[2]), gy, gz);
       dispatch("expert_sum", {a, sizeof(float)}, {n.src[1], sizeof(float)}, {&n, sizeof(float)},
                none, p, ceil_div(uint64_t(a->ne[0]), 64), gy, gz);
