@@ -16,6 +16,11 @@
 #include "backend/backend.h"
 #include "backends/cuda/common.cuh"
 
+// Where CUDA graphs can be used: CUDA itself (HIP and the host emulation launch node by node).
+#if defined(POLYSTACK_CUDA) && !defined(POLYSTACK_GPU_EMULATION)
+#define PS_CUDA_GRAPHS 1
+#endif
+
 namespace ps::gpu {
 
 class GpuDevice;

@@ -1,0 +1,197 @@
+// Which ops the CUDA/HIP backend runs (the kernels in *.cu) and how a run of nodes is launched:
+// one by one, or captured once as a CUDA graph and replayed.
+#include "graph/ops.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "backend/op_checks.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/weights.cuh"
+#include "core/error.h"
+
+namespace ps::gpu {
+
+namespace {
+
+bool has_decoder(DType t) {
+  return with_weight_type(t, []<DType>() {});
+}
+
+}  // namespace
+
+void launch_failed(const char* kernel, cudaError_t e) {
+  throw BackendError(fmt::format("{}: launch failed: {}", kernel, cudaGetErrorString(e)));
+}
+
+std::string GpuDevice::unsupported_reason(const Tensor& n) const {
+  switch (n.op) {
+    case OpKind::None:
+    case OpKind::View:
+      return {};
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
+    case OpKind::Silu:
+    case OpKind::Gelu:
+    case OpKind::Scale:
+    case OpKind::RmsNorm:
+    case OpKind::SoftMax:
+    case OpKind::Rope:
+      if (std::string why = row_operands_problem(n); !why.empty()) return why;
+      if ((n.op == OpKind::RmsNorm || n.op == OpKind::SoftMax) && n.src[0]->n_rows() > INT32_MAX)
+        return "more than 2^31 rows";
+      return {};
+    case OpKind::MatMul:
+    case OpKind::GetRows: {
+      const Tensor& w = *n.src[0];
+      if (!has_decoder(w.type))
+        return fmt::format("no {} kernel for {} {}", api_name(info_.api), dtype_name(w.type),
+                           n.op == OpKind::MatMul ? "weights" : "tables");
+      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n)) return "only contiguous rows";
+      // weights.cuh reads 16-bit fields in one load.
+      if (w.nb[1] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+        return "rows at odd byte offsets";
+      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
+      if (n.op == OpKind::GetRows) {
+        if (n.src[1]->type != DType::I32 || n.src[1]->ne[0] > INT32_MAX) return "only I32 ids";
+        return {};
+      }
+      const Tensor& x = *n.src[1];
+      if (!f32_rows(x) || x.ne[2] != 1 || x.ne[3] != 1)
+        return "only 2-D F32 activations with contiguous rows";
+      if (x.ne[1] > 65535LL * 64) return "more than 4194240 activation rows";
+      return {};
+    }
+    case OpKind::Copy:
+      return copy_operands_problem(n);
+    case OpKind::Attention: {
+      if (const Tensor* info = attention_token_info(n); info && !info->is_contiguous())
+        return "per-token positions that are not contiguous";
+      if (std::string why = attention_operands_problem(n); !why.empty()) return why;
+      const Tensor& q = *n.src[0];
+      if (q.ne[0] > kMaxHeadDim) return fmt::format("head size above {}", kMaxHeadDim);
+      if (q.ne[1] > 65535 || q.ne[2] > 65535) return "more than 65535 heads or tokens";
+      return {};
+    }
+    case OpKind::Sigmoid:
+      return row_operands_problem(n);
+    case OpKind::ExpertSum:
+    case OpKind::TopK:
+    case OpKind::ExpertWeights:
+      if (std::string why = experts_operands_problem(n); !why.empty()) return why;
+      if (n.ne[1] > 65535) return "more than 65535 tokens";
+      return {};
+    case OpKind::MatMulId:
+      if (!has_decoder(n.src[0]->type))
+        return fmt::format("no {} kernel for {} weights", api_name(info_.api),
+                           dtype_name(n.src[0]->type));
+      if (std::string why = experts_operands_problem(n); !why.empty()) return why;
+      if (n.src[2]->n_elements() > 65535LL * 65535) return "more than 65535^2 chosen experts";
+      if (n.src[0]->ne[2] >= 65535) return "more than 65534 experts";
+      return {};
+    case OpKind::Count:
+      break;
+  }
+  return "unknown op";
+}
+
+void GpuDevice::execute(std::span<Tensor* const> nodes) {
+  activate();
+  if (use_graphs_)
+    execute_as_graph(nodes);
+  else
+    launch_all(nodes);
+}
+
+void GpuDevice::execute_as_graph(std::span<Tensor* const> nodes) {
+#if defined(PS_CUDA_GRAPHS)
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a capture");
+  cudaGraph_t graph = nullptr;
+  try {
+    launch_all(nodes);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream_, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &graph), "capturing the run's kernels");
+  auto exec = static_cast<cudaGraphExec_t>(graph_exec_);
+  cudaGraphExecUpdateResultInfo info{};
+  if (exec && cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+    // Other kernels than last time (a prompt batch after decode steps): build the graph anew.
+    (void)cudaGetLastError();
+    (void)cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
+  cudaError_t e = cudaSuccess;
+  if (!exec) e = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  graph_exec_ = e == cudaSuccess ? exec : nullptr;
+  check(e, "instantiating the run's graph");
+  check(cudaGraphLaunch(exec, stream_), "launching the run's graph");
+#else
+  launch_all(nodes);
+#endif
+}
+
+void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
+  const Launch l{stream_, warp_};
+  for (Tensor* n : nodes) {
+    switch (n->op) {
+      case OpKind::None:
+      case OpKind::View:
+        break;
+      case OpKind::Add:
+      case OpKind::Mul:
+      case OpKind::Silu:
+      case OpKind::Gelu:
+      case OpKind::Scale:
+      case OpKind::SwiGlu:
+      case OpKind::SwiGluOai:
+      case OpKind::Sigmoid:
+        elementwise(l, *n);
+        break;
+      case OpKind::RmsNorm:
+        rms_norm(l, *n);
+        break;
+      case OpKind::SoftMax:
+        softmax(l, *n);
+        break;
+      case OpKind::Rope:
+        rope(l, *n);
+        break;
+      case OpKind::Copy:
+        copy(l, *n);
+        break;
+      case OpKind::GetRows:
+        get_rows(l, *n);
+        break;
+      case OpKind::MatMul:
+        matmul(l, *n);
+        break;
+      case OpKind::Attention:
+        attention(l, *n);
+        break;
+      case OpKind::TopK:
+        top_k(l, *n);
+        break;
+      case OpKind::ExpertWeights:
+        expert_weights(l, *n);
+        break;
+      case OpKind::MatMulId:
+        matmul_id(l, *n);
+        break;
+      case OpKind::ExpertSum:
+        expert_sum(l, *n);
+        break;
+      case OpKind::Count:
+        throw BackendError(fmt::format("{}: no kernel for {}", info_.id, op_name(n->op)));
+    }
+  }
+}
+
+}  // namespace ps::gpu
