@@ -53,6 +53,14 @@ def check_misbehaving_plugins(binary, plugins_dir, model, base_env):
         for how, api in (("crash", "opencl"), ("hang", "metal"), ("exit", "directml")):
             shutil.copy(os.path.join(plugins_dir, f"libpolystack_test_plugin_{how}.so"),
                         os.path.join(tmp, f"libpolystack-backend-{api}.so"))
+        # A copy of the binary beside the Vulkan plugin alone: the plugins beside the executable
+        # come first, so the real OpenCL plugin would stand in front of the crashing one.
+        exe_dir = os.path.join(tmp, "bin")
+        os.makedirs(exe_dir)
+        vulkan = os.path.join(os.path.dirname(binary), "libpolystack-backend-vulkan.so")
+        if os.path.exists(vulkan):
+            shutil.copy(vulkan, exe_dir)
+        binary = shutil.copy(binary, exe_dir)
         env = dict(base_env, POLYSTACK_BACKEND_PATH=tmp, POLYSTACK_PROBE_TIMEOUT="3")
         r = run([binary, "devices", "--json"], env)
         print(f"devices with misbehaving plugins: rc={r.returncode} in {r.seconds:.1f} s")

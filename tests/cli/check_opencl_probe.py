@@ -10,6 +10,9 @@
   empty folder), and a driver without devices (PoCL with POCL_DEVICES=none).
 - `run --device opencl:0` with no driver fails with one line naming the device and the reason,
   never running elsewhere.
+- Program binaries: the first run on opencl:0 keeps them under $XDG_CACHE_HOME/polystack/opencl;
+  a second run gives the same text from them; entries overwritten with garbage are rebuilt (the
+  same text again, the entries valid binaries once more), never a crash.
 
 Exits 77 (skipped) when the plugin was not built next to the binary.
 """
@@ -38,6 +41,38 @@ def opencl(report):
 FACTS = ["platform", "device version", "OpenCL C", "compute units", "largest buffer",
          "subgroups", "fp16 arithmetic", "integer dot product", "UUID (cl_khr_device_uuid)",
          "PCI bus (cl_khr_pci_bus_info)"]
+
+
+def program_cache(args, env):
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache_env = dict(env, XDG_CACHE_HOME=tmp)
+        folder = os.path.join(tmp, "polystack", "opencl")
+        cmd = [args.bin, "run", "-m", args.model, "-p", "Once upon a time", "-n", "12",
+               "--temp", "0", "--device", "opencl:0", "--no-self-check"]
+        texts = []
+        for step in ("cold", "from the cache", "after corruption"):
+            if step == "after corruption":
+                for f in entries:
+                    with open(os.path.join(folder, f), "wb") as out:
+                        out.write(b"\x7fELF not a program binary")
+            out = subprocess.run(cmd, capture_output=True, text=True, env=cache_env, timeout=300)
+            entries = sorted(f for f in os.listdir(folder) if f.endswith(".bin")) \
+                if os.path.isdir(folder) else []
+            print(f"program cache, {step}: rc={out.returncode} entries={entries}")
+            if out.returncode != 0:
+                problems.append(f"run on opencl:0 ({step}) failed: {out.stderr[-400:]}")
+                return problems
+            texts.append(out.stdout)
+            if not any(e.startswith("ops-") for e in entries) or \
+                    not any(e.startswith("weights_") for e in entries):
+                problems.append(f"{step}: no program binaries kept in {folder}: {entries}")
+            for e in entries:
+                if os.path.getsize(os.path.join(folder, e)) < 64:
+                    problems.append(f"{step}: {e} is not a program binary")
+        if len(set(texts)) != 1:
+            problems.append(f"the text differs between the runs: {texts}")
+    return problems
 
 
 def main():
@@ -112,6 +147,9 @@ def main():
                     "no driver (ICD)" not in err[-1] or out.stdout.strip():
                 problems.append(f"run --device opencl:0 without a driver did not refuse in one "
                                 f"line: rc={out.returncode} {out.stderr[-400:]!r}")
+
+    if model_ok:
+        problems += program_cache(args, env)
 
     for p in problems:
         print(f"FAIL: {p}")
