@@ -12,7 +12,8 @@
   never running elsewhere.
 - Program binaries: the first run on opencl:0 keeps them under $XDG_CACHE_HOME/polystack/opencl;
   a second run gives the same text from them; entries overwritten with garbage are rebuilt (the
-  same text again, the entries valid binaries once more), never a crash.
+  same text again, the entries valid binaries once more), never a crash, and an older source's
+  entry for the same program and device is removed when a new one is written.
 
 Exits 77 (skipped) when the plugin was not built next to the binary.
 """
@@ -56,6 +57,10 @@ def program_cache(args, env):
                 for f in entries:
                     with open(os.path.join(folder, f), "wb") as out:
                         out.write(b"\x7fELF not a program binary")
+                    # An entry an older source left for the same program and device: replaced.
+                    stale = f.rsplit("-", 1)[0] + "-0000000000000000.bin"
+                    with open(os.path.join(folder, stale), "wb") as out:
+                        out.write(b"an older build")
             out = subprocess.run(cmd, capture_output=True, text=True, env=cache_env, timeout=300)
             entries = sorted(f for f in os.listdir(folder) if f.endswith(".bin")) \
                 if os.path.isdir(folder) else []
@@ -67,6 +72,8 @@ def program_cache(args, env):
             if not any(e.startswith("ops-") for e in entries) or \
                     not any(e.startswith("weights_") for e in entries):
                 problems.append(f"{step}: no program binaries kept in {folder}: {entries}")
+            if any(e.endswith("-0000000000000000.bin") for e in entries):
+                problems.append(f"{step}: an older source's entry was kept: {entries}")
             for e in entries:
                 if os.path.getsize(os.path.join(folder, e)) < 64:
                     problems.append(f"{step}: {e} is not a program binary")

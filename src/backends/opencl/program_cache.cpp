@@ -1,7 +1,7 @@
 // Programs from the embedded sources, built once per device and driver: the binary the driver
 // returns is kept in the cache folder ($XDG_CACHE_HOME/polystack/opencl, default
-// ~/.cache/polystack/opencl) under a hash of the source, the device and the driver, so later
-// processes skip the compiler (PoCL compiles each program with LLVM, seconds per program).
+// ~/.cache/polystack/opencl) under hashes of the device and driver and of the source, so later
+// processes skip the compiler (PoCL compiles each program with LLVM, about a second each).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -131,12 +131,16 @@ cl_program build_program(const Functions& f, cl_context ctx, const DeviceExtras&
   const std::string src = program_source(program);
   if (src.empty())
     throw BackendError(fmt::format("{}: no OpenCL program '{}'", x.info.id, program));
-  const std::string identity = fmt::format("{}\n{}\n{}\n{}\n{}", x.info.name, x.info.driver_version,
-                                           x.info.runtime_version, kOptions, src);
+  // <program>-<device and driver>-<source and options>.bin: a new source (another version of
+  // polystack) replaces the device's entry for that program rather than adding to the folder.
+  const uint64_t device_key =
+      fnv1a(fmt::format("{}\n{}\n{}", x.info.name, x.info.driver_version, x.info.runtime_version));
+  const uint64_t source_key = fnv1a(fmt::format("{}\n{}", kOptions, src));
   const std::filesystem::path folder = cache_folder();
+  const std::string prefix = fmt::format("{}-{:08x}-", program, uint32_t(device_key));
   const std::filesystem::path file =
       folder.empty() ? std::filesystem::path()
-                     : folder / fmt::format("{}-{:016x}.bin", program, fnv1a(identity));
+                     : folder / fmt::format("{}{:016x}.bin", prefix, source_key);
   if (!file.empty())
     if (cl_program cached = from_binary(f, ctx, x.device, file)) return cached;
 
@@ -152,7 +156,15 @@ cl_program build_program(const Functions& f, cl_context ctx, const DeviceExtras&
     throw BackendError(
         fmt::format("{}: the OpenCL compiler refused program '{}': {}", x.info.id, program, log));
   }
-  if (!file.empty()) save_binary(f, prog, file);
+  if (!file.empty()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(prefix) && name.ends_with(".bin") && entry.path() != file)
+        std::filesystem::remove(entry.path(), ec);
+    }
+    save_binary(f, prog, file);
+  }
   return prog;
 }
 
