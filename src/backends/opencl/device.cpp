@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/error.h"
 
 namespace ps::ocl {
@@ -21,6 +24,9 @@ OclDevice::OclDevice(const Functions& f, DeviceExtras x) : f_(f), x_(std::move(x
     f_.clReleaseContext(context_);
     check(e, "clCreateCommandQueue");
   }
+  const char* matmul = std::getenv("POLYSTACK_OPENCL_MATMUL");
+  rows_per_item_ =
+      x_.info.kind == DeviceKind::Cpu && !(matmul && std::string_view(matmul) == "gpu");
   placeholder_ = f_.clCreateBuffer(context_, CL_MEM_READ_WRITE, 16, nullptr, &e);
   if (e != CL_SUCCESS) {
     f_.clReleaseCommandQueue(queue_);

@@ -84,6 +84,9 @@ class OclDevice final : public Device {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   cl_mem placeholder_ = nullptr;
+  // A CPU driver's items are the SIMD lanes of a loop: matmuls take a weight row per item
+  // there. POLYSTACK_OPENCL_MATMUL=gpu gives them the GPUs' kernel (for tests).
+  bool rows_per_item_ = false;
   std::map<uintptr_t, OclBuffer*> buffers_;  // by base address
   mutable std::mutex buffers_mu_;
   std::map<std::string, cl_program> programs_;

@@ -176,9 +176,16 @@ void OclDevice::run(Tensor& n) {
       dispatch("ops", "rope", p, {op(a), op(n.src[1]), op(&n), op(n.src[2])},
                per_element(*a, uint64_t(a->n_rows())));
       return;
-    case OpKind::MatMul:  // a work-group per weight row and kMatmulCols activation rows
-      dispatch(weights_program(a->type), "matmul", p, {op(a), op(n.src[1]), op(&n)},
-               {size_t(a->ne[1]), ceil_div(uint64_t(n.src[1]->ne[1]), kMatmulCols), 1});
+    case OpKind::MatMul:
+      // On a CPU driver an item per weight row (matmul_rows), elsewhere a work-group per weight
+      // row; kMatmulCols activation rows each.
+      if (rows_per_item_)
+        dispatch(weights_program(a->type), "matmul_rows", p, {op(a), op(n.src[1]), op(&n)},
+                 {ceil_div(uint64_t(a->ne[1]), kGroup),
+                  ceil_div(uint64_t(n.src[1]->ne[1]), kMatmulCols), 1});
+      else
+        dispatch(weights_program(a->type), "matmul", p, {op(a), op(n.src[1]), op(&n)},
+                 {size_t(a->ne[1]), ceil_div(uint64_t(n.src[1]->ne[1]), kMatmulCols), 1});
       return;
     case OpKind::GetRows:
       dispatch(weights_program(a->type), "get_rows", p, {op(a), op(n.src[1]), op(&n)},

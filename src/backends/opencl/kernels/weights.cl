@@ -1,5 +1,8 @@
-// Element j of a row of GGUF type WTYPE_* that starts at byte `row` of q, as Vulkan's
-// weights.glsl reads it (the layouts are core/dtype.h's). Blocks and rows of every type start on
+// Element i of the c-th run of 32 elements of a row of GGUF type WTYPE_* that starts at byte
+// `row` of q (element 32 c + i), as Vulkan's weights.glsl reads it (the layouts are
+// core/dtype.h's). Taking the run and the element apart lets a loop over i keep what depends
+// on c alone (a block's or sub-block's scales) out of the loop: the k-quants' sub-blocks and
+// every other quantized type's blocks are runs of 32. Blocks and rows of every type start on
 // 2-byte boundaries, so the fp16 scales load with vload_half (no cl_khr_fp16 needed).
 uint byte_at(global const uchar* q, uint b) { return q[b]; }
 float half_at(global const uchar* q, uint b) { return vload_half(0, (global const half*)(q + b)); }
@@ -15,23 +18,23 @@ constant float CODEBOOK[16] = {0.0f, 1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  1
                                0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
 #endif
 
-float load_weight(global const uchar* q, uint row, uint j) {
+float weight_at(global const uchar* q, uint row, uint c, uint i) {
 #if defined(WTYPE_F32)
-  return *(global const float*)(q + row + 4 * j);
+  return *(global const float*)(q + row + 4 * (32u * c + i));
 #elif defined(WTYPE_F16)
-  return half_at(q, row + 2 * j);
+  return half_at(q, row + 2 * (32u * c + i));
 #elif defined(WTYPE_BF16)
-  const uint b = row + 2 * j;
+  const uint b = row + 2 * (32u * c + i);
   return as_float(((uint)q[b] | ((uint)q[b + 1] << 8)) << 16);
 #elif defined(WTYPE_Q2_K)
-  const uint blk = row + (j / 256u) * 84u, e = j % 256u, s = e / 16u;
+  const uint blk = row + (c / 8u) * 84u, e = (c % 8u) * 32u + i, s = e / 16u;
   const uint qv = (byte_at(q, blk + 16u + 32u * (s / 8u) + 16u * (s % 2u) + e % 16u) >>
                    (2u * ((s % 8u) / 2u))) & 3u;
   const uint sc = byte_at(q, blk + s);
   return half_at(q, blk + 80u) * (float)(sc & 15u) * (float)qv -
          half_at(q, blk + 82u) * (float)(sc >> 4);
 #elif defined(WTYPE_Q3_K)
-  const uint blk = row + (j / 256u) * 110u, e = j % 256u, s = e / 16u;
+  const uint blk = row + (c / 8u) * 110u, e = (c % 8u) * 32u + i, s = e / 16u;
   const uint g = s / 8u, pair = (s % 8u) / 2u, l = 16u * (s % 2u) + e % 16u;
   const uint low = (byte_at(q, blk + 96u + s % 8u) >> (4u * (s / 8u))) & 15u;
   const uint high = (byte_at(q, blk + 104u + s % 4u) >> (2u * (s / 4u))) & 3u;
@@ -40,11 +43,11 @@ float load_weight(global const uchar* q, uint row, uint j) {
   return half_at(q, blk + 108u) * (float)((int)(low | (high << 4)) - 32) * (float)qv;
 #elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
 #if defined(WTYPE_Q4_K)
-  const uint blk = row + (j / 256u) * 144u, qs = 16u;
+  const uint blk = row + (c / 8u) * 144u, qs = 16u;
 #else
-  const uint blk = row + (j / 256u) * 176u, qs = 48u;
+  const uint blk = row + (c / 8u) * 176u, qs = 48u;
 #endif
-  const uint e = j % 256u, sub = e / 32u, l = e % 32u, sb = blk + 4u;
+  const uint sub = c % 8u, l = i, sb = blk + 4u;
   // get_scale_min_k4 (core/kquants.h)
   uint sc, m;
   if (sub < 4u) {
@@ -60,8 +63,8 @@ float load_weight(global const uchar* q, uint row, uint j) {
 #endif
   return half_at(q, blk) * (float)sc * (float)qv - half_at(q, blk + 2u) * (float)m;
 #elif defined(WTYPE_Q6_K)
-  const uint blk = row + (j / 256u) * 210u, e = j % 256u;
-  const uint h = e / 128u, k = (e % 128u) / 32u, l = e % 32u;
+  const uint blk = row + (c / 8u) * 210u;
+  const uint h = (c % 8u) / 4u, k = c % 4u, l = i;
   const uint lo = (byte_at(q, blk + 64u * h + l + 32u * (k % 2u)) >> (4u * (k / 2u))) & 15u;
   const uint hi = (byte_at(q, blk + 128u + 32u * h + l) >> (2u * k)) & 3u;
   const int sc = (char)byte_at(q, blk + 192u + 8u * h + 2u * k + l / 16u);
@@ -69,43 +72,41 @@ float load_weight(global const uchar* q, uint row, uint j) {
 #elif defined(WTYPE_IQ4_NL) || defined(WTYPE_MXFP4)
   // The codebook types (core/dtype.h): a nibble indexes CODEBOOK. MXFP4's blocks are 17 bytes;
   // its scale is 2^(e - 128).
-  const uint i = j % 32u;
 #if defined(WTYPE_IQ4_NL)
-  const uint blk = row + (j / 32u) * 18u, qs = blk + 2u;
+  const uint blk = row + c * 18u, qs = blk + 2u;
   const float d = half_at(q, blk);
 #else
-  const uint blk = row + (j / 32u) * 17u, qs = blk + 1u, e = byte_at(q, blk);
+  const uint blk = row + c * 17u, qs = blk + 1u, e = byte_at(q, blk);
   const float d = as_float(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
 #endif
   const uint qv = byte_at(q, qs + (i % 16u));
   return d * CODEBOOK[i < 16u ? qv & 15u : qv >> 4];
 #elif defined(WTYPE_IQ4_XS)
-  const uint blk = row + (j / 256u) * 136u, e = j % 256u, ib = e / 32u, i = e % 32u;
+  const uint blk = row + (c / 8u) * 136u, ib = c % 8u;
   const uint lo = (byte_at(q, blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u;
   const uint hi = ((byte_at(q, blk + 2u) | (byte_at(q, blk + 3u) << 8)) >> (2u * ib)) & 3u;
   const float dl = half_at(q, blk) * (float)((int)(lo | (hi << 4)) - 32);
   const uint qv = byte_at(q, blk + 8u + 16u * ib + (i % 16u));
   return dl * CODEBOOK[i < 16u ? qv & 15u : qv >> 4];
 #else
-  const uint i = j % 32u;
 #if defined(WTYPE_Q8_0)
-  const uint blk = row + (j / 32u) * 34u;
+  const uint blk = row + c * 34u;
   return half_at(q, blk) * (float)(char)byte_at(q, blk + 2 + i);
 #elif defined(WTYPE_Q4_0)
-  const uint blk = row + (j / 32u) * 18u;
+  const uint blk = row + c * 18u;
   const uint qv = byte_at(q, blk + 2 + (i % 16u));
   return half_at(q, blk) * ((float)(i < 16u ? qv & 15u : qv >> 4) - 8.0f);
 #elif defined(WTYPE_Q4_1)
-  const uint blk = row + (j / 32u) * 20u;
+  const uint blk = row + c * 20u;
   const uint qv = byte_at(q, blk + 4 + (i % 16u));
   return half_at(q, blk) * (float)(i < 16u ? qv & 15u : qv >> 4) + half_at(q, blk + 2);
 #elif defined(WTYPE_Q5_0)
-  const uint blk = row + (j / 32u) * 22u;
+  const uint blk = row + c * 22u;
   const uint qv = byte_at(q, blk + 6 + (i % 16u));
   const uint hi = (u32_at(q, blk + 2) >> i) & 1u;
   return half_at(q, blk) * ((float)((i < 16u ? qv & 15u : qv >> 4) | (hi << 4)) - 16.0f);
 #elif defined(WTYPE_Q5_1)
-  const uint blk = row + (j / 32u) * 24u;
+  const uint blk = row + c * 24u;
   const uint qv = byte_at(q, blk + 8 + (i % 16u));
   const uint hi = (u32_at(q, blk + 4) >> i) & 1u;
   return half_at(q, blk) * (float)((i < 16u ? qv & 15u : qv >> 4) | (hi << 4)) +
@@ -115,3 +116,6 @@ float load_weight(global const uchar* q, uint row, uint j) {
 #endif
 #endif
 }
+
+// Element j of the row.
+float load_weight(global const uchar* q, uint row, uint j) { return weight_at(q, row, j / 32u, j % 32u); }
