@@ -34,6 +34,23 @@ std::string attention_sinks_problem(const Tensor& n) {
   return {};
 }
 
+std::string weights_operands_problem(const Tensor& n) {
+  const Tensor& w = *n.src[0];
+  if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n)) return "only contiguous rows";
+  if (w.nb[1] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+    return "rows at odd byte offsets";
+  if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
+  const Tensor& b = *n.src[1];
+  if (n.op == OpKind::GetRows) {
+    if (b.type != DType::I32 || !b.is_contiguous() || b.ne[0] > INT32_MAX)
+      return "only contiguous I32 ids";
+    return {};
+  }
+  if (!f32_rows(b) || b.ne[2] != 1 || b.ne[3] != 1)
+    return "only 2-D F32 activations with contiguous rows";
+  return {};
+}
+
 std::string copy_operands_problem(const Tensor& n) {
   const Tensor& dst = *n.src[1];
   if (!f32_rows(*n.src[0])) return "only F32 sources with contiguous rows";

@@ -22,6 +22,12 @@ std::string attention_operands_problem(const Tensor& node);
 // whose caches may be F32 too, checks these alone.
 std::string attention_sinks_problem(const Tensor& node);
 
+// MatMul and GetRows: weights (or a table) in contiguous 2-D rows at even byte offsets (the
+// 16-bit fields every decoder reads), an F32 output with contiguous rows, and 2-D F32
+// activations with contiguous rows (matmul) or contiguous I32 ids (get_rows). Whether the
+// weight type has a kernel is the backend's to say, before this.
+std::string weights_operands_problem(const Tensor& node);
+
 // Copy: an F32 source into an F32 or F16 destination.
 std::string copy_operands_problem(const Tensor& node);
 

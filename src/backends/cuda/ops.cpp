@@ -51,19 +51,9 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
       if (!has_decoder(w.type))
         return fmt::format("no {} kernel for {} {}", api_name(info_.api), dtype_name(w.type),
                            n.op == OpKind::MatMul ? "weights" : "tables");
-      if (w.nb[0] != dtype_info(w.type).block_bytes || !f32_rows(n)) return "only contiguous rows";
-      // weights.cuh reads 16-bit fields in one load.
-      if (w.nb[1] % 2 != 0 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
-        return "rows at odd byte offsets";
-      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
-      if (n.op == OpKind::GetRows) {
-        if (n.src[1]->type != DType::I32 || n.src[1]->ne[0] > INT32_MAX) return "only I32 ids";
-        return {};
-      }
-      const Tensor& x = *n.src[1];
-      if (!f32_rows(x) || x.ne[2] != 1 || x.ne[3] != 1)
-        return "only 2-D F32 activations with contiguous rows";
-      if (x.ne[1] > 65535LL * 64) return "more than 4194240 activation rows";
+      if (std::string why = weights_operands_problem(n); !why.empty()) return why;
+      if (n.op == OpKind::MatMul && n.src[1]->ne[1] > 65535LL * 64)
+        return "more than 4194240 activation rows";
       return {};
     }
     case OpKind::Copy:

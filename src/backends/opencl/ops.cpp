@@ -98,16 +98,7 @@ std::string OclDevice::unsupported_reason(const Tensor& n) const {
       if (!has_weight_kernel(w.type))
         return fmt::format("no OpenCL kernel for {} {}", dtype_name(w.type),
                            n.op == OpKind::MatMul ? "weights" : "tables");
-      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || !f32_rows(n))
-        return "only contiguous rows";
-      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
-      if (n.op == OpKind::GetRows) {
-        if (!n.src[1]->is_contiguous()) return "only contiguous ids";
-        return {};
-      }
-      if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
-        return "only 2-D F32 activations with contiguous rows";
-      return {};
+      return weights_operands_problem(n);
     }
     case OpKind::Copy:
       return copy_operands_problem(n);

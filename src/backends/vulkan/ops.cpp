@@ -151,14 +151,10 @@ std::string VulkanDevice::unsupported_reason(const Tensor& n) const {
       if (!weight_suffix(w.type))
         return fmt::format("no Vulkan kernel for {} {}", dtype_name(w.type),
                            n.op == OpKind::MatMul ? "weights" : "tables");
-      if (w.nb[0] != dtype_info(w.type).block_bytes || w.nb[1] % 2 != 0 || !f32_rows(n))
-        return "only contiguous rows";
-      if (w.ne[2] != 1 || w.ne[3] != 1) return "only 2-D weights";
+      if (std::string why = weights_operands_problem(n); !why.empty()) return why;
       if (n.op == OpKind::GetRows) return {};
       if (!extras_.subgroup_arithmetic)
         return "the matmul kernel needs subgroup arithmetic in compute shaders";
-      if (!f32_rows(*n.src[1]) || n.src[1]->ne[2] != 1 || n.src[1]->ne[3] != 1)
-        return "only 2-D F32 activations with contiguous rows";
       if (n.src[1]->ne[1] > kMaxGroups) return "more than 65535 activation rows";
       return {};
     }
