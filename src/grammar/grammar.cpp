@@ -174,6 +174,9 @@ class Parser {
       if ((cb & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
       c = (c << 6) | (cb & 0x3F);
     }
+    // A four-byte lead of F4..F7 can spell values past Unicode's last code point, which no
+    // escape can print back (to_gbnf).
+    if (c > 0x10FFFF) fail("invalid UTF-8 in the grammar (a code point beyond U+10FFFF)");
     pos_ += len;
     return c;
   }

@@ -205,6 +205,11 @@ TEST(Grammar, ErrorsNameWhatIsWrong) {
       {"root \"a\"", "expected '::='"},
       {"root ::= *", "follows nothing"},
       {"root ::= \"a\" ) ", "unexpected ')'"},
+      // Four bytes that spell a value past U+10FFFF (found by fuzz_grammar: printed back as an
+      // escape the parser refuses).
+      {"root ::= \"\xf4\x98\x8d\x8b\"", "beyond U+10FFFF"},
+      {"root ::= [\xf7\xbf\xbf\xbf]", "beyond U+10FFFF"},
+      {"root ::= \"\\U00110000\"", "an escape beyond U+10FFFF"},
   };
   for (const auto& [src, want] : bad) {
     try {
