@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/cache_dir.h"
 #include "backend/child_process.h"
 #include "backend/physical_device.h"
 #include "backend/registry.h"
@@ -309,13 +310,7 @@ SelfCheckResult run_selfcheck(Device& dev, Device& cpu, const std::vector<std::s
 
 // --- the cache --------------------------------------------------------------------------------
 
-std::string selfcheck_cache_dir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg == '/') return (std::filesystem::path(xdg) / "polystack").string();
-  const char* home = std::getenv("HOME");
-  if (home && *home) return (std::filesystem::path(home) / ".cache" / "polystack").string();
-  return "";
-}
+std::string selfcheck_cache_dir() { return polystack_cache_dir(); }
 
 std::string selfcheck_cache_key(const DeviceInfo& d, const std::string& plugin_file) {
   std::string identity = normalized_uuid(d.uuid);

@@ -58,24 +58,21 @@ void OclDevice::unregister_buffer(OclBuffer* b) {
   buffers_.erase(b->base());
 }
 
-bool OclDevice::owns(const void* data) const {
-  const auto addr = reinterpret_cast<uintptr_t>(data);
+const OclBuffer* OclDevice::buffer_at(uintptr_t addr) const {
   std::lock_guard lock(buffers_mu_);
   auto it = buffers_.upper_bound(addr);
-  if (it == buffers_.begin()) return false;
+  if (it == buffers_.begin()) return nullptr;
   --it;
-  return addr < it->first + it->second->size() || addr == it->first;
+  return addr < it->first + it->second->size() || addr == it->first ? it->second : nullptr;
+}
+
+bool OclDevice::owns(const void* data) const {
+  return buffer_at(reinterpret_cast<uintptr_t>(data)) != nullptr;
 }
 
 OclDevice::Operand OclDevice::operand(const Tensor& t) const {
   const auto addr = reinterpret_cast<uintptr_t>(t.data);
-  std::lock_guard lock(buffers_mu_);
-  auto it = buffers_.upper_bound(addr);
-  if (it != buffers_.begin()) {
-    --it;
-    if (addr < it->first + it->second->size() || addr == it->first)
-      return {it->second->mem(), cl_ulong(addr - it->first)};
-  }
+  if (const OclBuffer* b = buffer_at(addr)) return {b->mem(), cl_ulong(addr - b->base())};
   throw BackendError(
       fmt::format("{}: tensor {} is not in one of this device's buffers", x_.info.id, t.name));
 }

@@ -76,6 +76,8 @@ class OclDevice final : public Device {
                 std::initializer_list<Operand> operands, const std::array<size_t, 3>& groups);
 
  private:
+  // The buffer whose addresses hold addr (its first byte, for an empty one); null if none.
+  const OclBuffer* buffer_at(uintptr_t addr) const;
   cl_kernel kernel(const std::string& program, const std::string& name);
   void run(Tensor& node);  // ops.cpp
 

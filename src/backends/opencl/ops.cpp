@@ -68,14 +68,13 @@ std::string weights_program(DType t) {
 std::string OclDevice::unsupported_reason(const Tensor& n) const {
   for (const Tensor* t :
        {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
-        static_cast<const Tensor*>(n.src[2])})
-    if (t && !fits_u32(*t)) return "an operand, shape or stride beyond 32 bits";
-  for (const Tensor* t :
-       {&n, static_cast<const Tensor*>(n.src[0]), static_cast<const Tensor*>(n.src[1]),
-        static_cast<const Tensor*>(n.src[2])})
-    if (t && t->n_bytes() > x_.max_alloc)
+        static_cast<const Tensor*>(n.src[2])}) {
+    if (!t) continue;
+    if (!fits_u32(*t)) return "an operand, shape or stride beyond 32 bits";
+    if (t->n_bytes() > x_.max_alloc)
       return fmt::format("an operand of {} MiB, more than the device allocates at once ({} MiB)",
                          t->n_bytes() >> 20, x_.max_alloc >> 20);
+  }
   switch (n.op) {
     case OpKind::None:
     case OpKind::View:

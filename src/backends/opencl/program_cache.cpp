@@ -12,6 +12,7 @@
 #include <iterator>
 #include <vector>
 
+#include "backend/cache_dir.h"
 #include "backends/opencl/device.h"
 #include "backends/opencl/kernels.h"
 #include "core/error.h"
@@ -53,14 +54,6 @@ namespace {
 uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-std::filesystem::path cache_folder() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::filesystem::path(xdg) / "polystack" / "opencl";
-  if (const char* home = std::getenv("HOME"); home && *home)
-    return std::filesystem::path(home) / ".cache" / "polystack" / "opencl";
-  return {};
 }
 
 std::string build_log(const Functions& f, cl_program prog, cl_device_id dev) {
@@ -136,7 +129,9 @@ cl_program build_program(const Functions& f, cl_context ctx, const DeviceExtras&
   const uint64_t device_key =
       fnv1a(fmt::format("{}\n{}\n{}", x.info.name, x.info.driver_version, x.info.runtime_version));
   const uint64_t source_key = fnv1a(fmt::format("{}\n{}", kOptions, src));
-  const std::filesystem::path folder = cache_folder();
+  const std::string base = polystack_cache_dir();
+  const std::filesystem::path folder =
+      base.empty() ? std::filesystem::path() : std::filesystem::path(base) / "opencl";
   const std::string prefix = fmt::format("{}-{:08x}-", program, uint32_t(device_key));
   const std::filesystem::path file =
       folder.empty() ? std::filesystem::path()
