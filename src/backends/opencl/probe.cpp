@@ -21,22 +21,24 @@ struct PciBusInfo {
   cl_uint domain, bus, device, function;
 };
 
-std::string platform_string(const Functions& f, cl_platform_id p, cl_platform_info what) {
+// A string query (clGetPlatformInfo, clGetDeviceInfo): the size first, then the text without
+// its terminating NUL; "" when the driver does not answer.
+template <typename Handle, typename Info, typename Query>
+std::string info_string(Query query, Handle h, Info what) {
   size_t n = 0;
-  if (f.clGetPlatformInfo(p, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
+  if (query(h, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
   std::string s(n, '\0');
-  if (f.clGetPlatformInfo(p, what, n, s.data(), nullptr) != CL_SUCCESS) return {};
+  if (query(h, what, n, s.data(), nullptr) != CL_SUCCESS) return {};
   s.resize(std::strlen(s.c_str()));
   return s;
 }
 
+std::string platform_string(const Functions& f, cl_platform_id p, cl_platform_info what) {
+  return info_string(f.clGetPlatformInfo, p, what);
+}
+
 std::string device_string(const Functions& f, cl_device_id d, cl_device_info what) {
-  size_t n = 0;
-  if (f.clGetDeviceInfo(d, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
-  std::string s(n, '\0');
-  if (f.clGetDeviceInfo(d, what, n, s.data(), nullptr) != CL_SUCCESS) return {};
-  s.resize(std::strlen(s.c_str()));
-  return s;
+  return info_string(f.clGetDeviceInfo, d, what);
 }
 
 template <typename T>
