@@ -2,20 +2,24 @@
 // error is one line and a non-zero exit.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/device_choice.h"
 #include "cli/commands.h"
 #include "cli/usage.h"
+#include "cluster/cluster.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/version.h"
+#include "engine/pipeline.h"
 
 namespace ps::cli {
 
@@ -33,9 +37,9 @@ std::string one_line(std::string_view s) { return printable(s, true); }
 }  // namespace
 }  // namespace ps::cli
 
-int main(int argc, char** argv) {
-  // The child processes that probe plugins and self-check devices (backend/child_process.h).
-  if (std::optional<int> rc = ps::run_child_command(argc, argv)) return *rc;
+namespace {
+
+int run_command(int argc, char** argv) {
   CLI::App app{"polystack: run GGUF language models on whatever hardware this machine has",
                "polystack"};
   app.formatter(std::make_shared<ps::cli::HelpFormatter>());
@@ -144,4 +148,28 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return error(e.what(), 1);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The child processes that probe plugins and self-check devices (backend/child_process.h).
+  if (std::optional<int> rc = ps::run_child_command(argc, argv)) return *rc;
+  // In an MPI job (--mpi), rank 0 runs the command and the other ranks serve its layers.
+  ps::cluster::Cluster* job = nullptr;
+  if (std::find(argv + 1, argv + argc, std::string_view("--mpi")) != argv + argc) {
+    try {
+      job = ps::cluster::start_mpi();
+    } catch (const ps::UsageError& e) {
+      std::fprintf(stderr, "polystack: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "polystack: error: %s\n", e.what());
+      return 1;
+    }
+    if (job->rank() > 0) return ps::run_pipeline_worker(*job);
+  }
+  const int rc = run_command(argc, argv);
+  if (job) ps::stop_pipeline_workers(*job);
+  return rc;
 }

@@ -73,6 +73,28 @@ std::shared_ptr<const grammar::Grammar> load_grammar(const GrammarFlags& g) {
   }
 }
 
+namespace {
+
+// "3,1" or "3/1": proportions of zero or more.
+std::vector<double> parse_proportions(const std::string& flag, const std::string& v) {
+  std::vector<double> out;
+  size_t at = 0;
+  while (at <= v.size()) {
+    const size_t comma = v.find_first_of(",/", at);
+    const std::string item = v.substr(at, comma == std::string::npos ? comma : comma - at);
+    char* end = nullptr;
+    const double x = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(x >= 0) || x > 1e9)
+      throw CLI::ValidationError(flag, "'" + v + "' is not a list of proportions like 3,1");
+    out.push_back(x);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* m = cmd->add_option("-m,--model", f.model,
                             "GGUF model file (default: POLYSTACK_MODEL, else the default model; "
@@ -117,23 +139,19 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   cmd->add_option_function<std::string>(
       "--tensor-split",
       [&f](const std::string& v) {
-        f.context.tensor_split.clear();
-        size_t at = 0;
-        while (at <= v.size()) {
-          const size_t comma = v.find_first_of(",/", at);
-          const std::string item = v.substr(at, comma == std::string::npos ? comma : comma - at);
-          char* end = nullptr;
-          const double x = std::strtod(item.c_str(), &end);
-          if (item.empty() || *end != '\0' || !(x >= 0) || x > 1e9)
-            throw CLI::ValidationError("--tensor-split",
-                                       "'" + v + "' is not a list of proportions like 3,1");
-          f.context.tensor_split.push_back(x);
-          if (comma == std::string::npos) break;
-          at = comma + 1;
-        }
+        f.context.tensor_split = parse_proportions("--tensor-split", v);
         f.context.split_layers = true;
       },
       "Shares of the layers per GPU in id order, like 3,1 (implies --split-mode layer)");
+  cmd->add_flag("--mpi", f.context.mpi,
+                "Spread the layers over the ranks of the MPI job this runs in (mpirun -np N "
+                "polystack ... --mpi): rank 0 runs the command, each rank holds a range of "
+                "layers on its own devices");
+  cmd->add_option_function<std::string>(
+      "--rank-split",
+      [&f](const std::string& v) { f.context.rank_split = parse_proportions("--rank-split", v); },
+      "With --mpi, shares of the layers per rank, like 2,1,1 (default: by each rank's free "
+      "memory)");
   cmd->add_flag_callback(
       "--cpu-moe", [&f] { f.context.n_cpu_moe = LayerRequest::kAllLayers; },
       "Keep every layer's routed experts (a mixture of experts' ffn_*_exps) on the CPU, the rest "
@@ -199,6 +217,12 @@ void print_plan_detail(const ModelContext& s) {
   if (const std::string e = p.experts_text(); !e.empty())
     fmt::print(stderr, "polystack:   routed experts of {} on {}: {}\n", e, p.devices.back().id,
                p.experts_note);
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    const PlacementRank& pr = p.ranks[r];
+    fmt::print(stderr, "polystack: rank {} on {}: {} on {}, needs {}, free {}, resident {}\n", r,
+               pr.host, p.rank_units_text(int(r)), pr.devices, human_bytes(pr.need),
+               pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss));
+  }
 }
 
 }  // namespace ps::cli

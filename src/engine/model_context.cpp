@@ -4,18 +4,32 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "backend/registry.h"
+#include "cluster/cluster.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/version.h"
 #include "gguf/gguf.h"
 #include "graph/ops.h"
 
 namespace ps {
+
+namespace {
+
+// A test hook: the rank that ends itself (SIGKILL) at its first pass, as a crashed host would.
+const int POLYSTACK_TEST_MPI_EXIT_RANK = [] {
+  const char* v = std::getenv("POLYSTACK_TEST_MPI_EXIT_RANK");
+  return v && *v ? std::atoi(v) : -1;
+}();
+
+}  // namespace
 
 std::shared_ptr<LoadedModel> LoadedModel::load(const std::string& path, bool with_tokenizer) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -162,12 +176,15 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
 }
 
 PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
-                          const std::vector<Device*>& devices, const ContextOptions& opts) {
+                          const std::vector<Device*>& devices, const ContextOptions& opts,
+                          const std::vector<int>& unit_rank, int rank) {
   uint64_t compute = 0;
   std::string experts_why;
-  const std::vector<UnitCost> units =
+  std::vector<UnitCost> units =
       model_unit_costs(model, shape, *devices.back(), compute,
                        std::vector<Device*>(devices.begin(), devices.end() - 1), &experts_why);
+  for (size_t u = 0; u < unit_rank.size() && u < units.size(); ++u)
+    if (unit_rank[u] != rank) units[u] = UnitCost{};
   std::vector<PlacementDevice> pdevs;
   for (const Device* d : devices) pdevs.push_back(placement_device(d->info()));
   LayerRequest req;
@@ -180,7 +197,10 @@ PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
   req.strict = opts.strict;
   req.n_cpu_moe = opts.n_cpu_moe;
   req.experts_cpu_reason = experts_why;
-  return plan_placement(units, compute, pdevs, req);
+  PlacementPlan plan = plan_placement(units, compute, pdevs, req);
+  plan.unit_rank = unit_rank;
+  plan.rank = rank;
+  return plan;
 }
 
 // What the user asked for that the model or the machine will not do well: a context beyond what
@@ -211,21 +231,141 @@ std::vector<std::string> context_warnings(const ModelParams& p, const ContextOpt
 ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts)
     : model_(std::move(model)) {
   const ContextShape shape = resolve_shape(model_->model->params(), opts);
+  if (opts.mpi) {
+    cluster::Cluster* c = cluster::current();
+    if (!c) throw UsageError("--mpi: MPI was not started for this process");
+    if (c->rank() != 0) throw std::logic_error("a worker rank makes its context from rank 0's");
+    if (c->size() > 1) cluster_ = c;
+  }
+  if (!cluster_) {
+    init(shape, opts, open_devices(*model_, opts), {}, 0);
+    if (opts.mpi)
+      warnings_.push_back(
+          "--mpi in a job of one rank: the whole model runs here (start it with mpirun -np N)");
+    return;
+  }
+  // The workers load the model and open their devices while this rank opens its own.
+  nlohmann::json start = {{"model", model_->file->path()},
+                          {"fingerprint", model_fingerprint(model_->file->path())},
+                          {"version", kVersion},
+                          {"options", context_options_json(opts)}};
+  const std::string text = start.dump();
+  std::vector<uint8_t> msg(1, uint8_t(PipelineCommand::Start));
+  msg.insert(msg.end(), text.begin(), text.end());
+  for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, msg);
+  try {
+    OpenedDevices opened = open_devices(*model_, opts);
+    std::vector<int> unit_rank = plan_job(shape, opts, opened);
+    init(shape, opts, std::move(opened), std::move(unit_rank), 0);
+    gather_ready();
+  } catch (...) {
+    const uint8_t end = uint8_t(PipelineCommand::End);
+    for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, &end, 1);
+    throw;
+  }
+}
+
+ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts,
+                           OpenedDevices opened, std::vector<int> unit_rank, int rank)
+    : model_(std::move(model)) {
+  cluster_ = cluster::current();
+  init(resolve_shape(model_->model->params(), opts), opts, std::move(opened), std::move(unit_rank),
+       rank);
+}
+
+void ModelContext::init(const ContextShape& shape, const ContextOptions& opts, OpenedDevices opened,
+                        std::vector<int> unit_rank, int rank) {
   n_ctx_ = shape.n_ctx;
   n_cells_ = shape.n_cells;
   n_batch_ = shape.n_batch;
-  OpenedDevices opened = open_devices(*model_, opts);
   choice_ = std::move(opened.choice);
   devices_ = std::move(opened.devices);
   device_ = devices_[opened.main].get();
   std::vector<Device*> devices;
   for (const auto& d : devices_) devices.push_back(d.get());
-  plan_ = plan_layers(*model_, shape, devices, opts);
+  plan_ = plan_layers(*model_, shape, devices, opts, unit_rank, rank);
   scheduler_ =
       std::make_unique<Scheduler>(devices, opts.strict, plan_.unit_device, plan_.expert_devices());
   allocate_kv(shape);
   upload_weights();
-  warnings_ = context_warnings(model_->model->params(), opts, shape);
+  for (std::string& w : context_warnings(model_->model->params(), opts, shape))
+    warnings_.push_back(std::move(w));
+}
+
+std::vector<int> ModelContext::plan_job(const ContextShape& shape, const ContextOptions& opts,
+                                        const OpenedDevices& opened) {
+  const int R = cluster_->size();
+  std::vector<PlacementRank> ranks(static_cast<size_t>(R));
+  ranks[0].host = cluster_->host();
+  std::vector<std::string> ids;
+  for (const auto& d : opened.devices) {
+    ranks[0].free += placement_device(d->info()).free;
+    ids.push_back(d->info().id);
+  }
+  ranks[0].devices = fmt::format("{}", fmt::join(ids, " + "));
+  const std::string fingerprint = model_fingerprint(model_->file->path());
+  std::vector<std::string> problems;
+  for (int r = 1; r < R; ++r) {
+    cluster_->set_waiting_for(fmt::format("rank {} (loading the model)", r));
+    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
+    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    PlacementRank& pr = ranks[size_t(r)];
+    pr.host = j.value("host", std::string("?"));
+    if (j.contains("error")) {
+      problems.push_back(
+          fmt::format("rank {} ({}): {}", r, pr.host, j["error"].get<std::string>()));
+      continue;
+    }
+    if (j.value("version", std::string()) != kVersion)
+      problems.push_back(fmt::format(
+          "rank {} ({}) runs polystack {} and rank 0 runs {}: every rank must run the same "
+          "version",
+          r, pr.host, j.value("version", std::string("?")), kVersion));
+    else if (j.value("fingerprint", std::string()) != fingerprint)
+      problems.push_back(fmt::format(
+          "rank {} ({}) has a different model at {} than rank 0 ({} there, {} here): every rank "
+          "must have the same file",
+          r, pr.host, model_->file->path(), j.value("fingerprint", std::string("?")), fingerprint));
+    pr.free = j.value("free", uint64_t(0));
+    pr.devices = j.value("devices", std::string());
+  }
+  cluster_->set_waiting_for("");
+  if (!problems.empty()) throw UsageError(fmt::format("{}", fmt::join(problems, "; ")));
+  uint64_t compute = 0;
+  const std::vector<UnitCost> units =
+      model_unit_costs(*model_, shape, *opened.devices.back(), compute);
+  std::vector<int> unit_rank = plan_ranks(units, ranks, opts.rank_split);
+  for (size_t u = 0; u < units.size(); ++u)
+    ranks[size_t(unit_rank[u])].need += units[u].weights + units[u].kv;
+  job_ranks_ = ranks;
+  const nlohmann::json plan = unit_rank;
+  const std::string text = plan.dump();
+  std::vector<uint8_t> msg(1, uint8_t(PipelineCommand::Plan));
+  msg.insert(msg.end(), text.begin(), text.end());
+  for (int r = 1; r < R; ++r) cluster_->send(r, cluster::kCommand, msg);
+  return unit_rank;
+}
+
+void ModelContext::gather_ready() {
+  // init() made plan_ anew: the ranks gathered in plan_job are in the plan it replaced.
+  std::vector<PlacementRank> ranks = job_ranks_;
+  ranks[0].summary = plan_.summary;
+  ranks[0].rss = resident_bytes();
+  std::vector<std::string> problems;
+  for (int r = 1; r < cluster_->size(); ++r) {
+    cluster_->set_waiting_for(
+        fmt::format("rank {} ({}: loading layers)", r, ranks[size_t(r)].host));
+    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
+    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    if (j.contains("error"))
+      problems.push_back(
+          fmt::format("rank {} ({}): {}", r, ranks[size_t(r)].host, j["error"].get<std::string>()));
+    ranks[size_t(r)].summary = j.value("summary", std::string());
+    ranks[size_t(r)].rss = j.value("rss", uint64_t(0));
+  }
+  cluster_->set_waiting_for("");
+  if (!problems.empty()) throw BackendError(fmt::format("{}", fmt::join(problems, "; ")));
+  plan_.ranks = std::move(ranks);
 }
 
 double ModelContext::warm_up() {
@@ -246,6 +386,11 @@ void ModelContext::allocate_kv(const ContextShape& shape) {
   live_.assign(size_t(ids), false);
   const size_t row = kv_row_bytes(p);
   for (int64_t l = 0; l < p.n_layer; ++l) {
+    if (!plan_.local(int(l + 1))) {  // another rank's layer: its cells are there
+      k_cache_.push_back(nullptr);
+      v_cache_.push_back(nullptr);
+      continue;
+    }
     Device& dev = *devices_[size_t(plan_.unit_device[size_t(l + 1)])];
     const KvPool::Group& g = pool_->group(kv_groups_.layer_group[size_t(l)]);
     const size_t bytes = row * size_t(g.n_blocks * kKvBlock);
@@ -273,7 +418,27 @@ void ModelContext::upload_weights() {
   const SeqTokens run{0, std::span<const int32_t>(&first, 1)};
   PassData data;
   Graph g;
-  build_pass(g, std::span<const SeqTokens>(&run, 1), false, data);
+  Tensor* logits = build_pass(g, describe(std::span<const SeqTokens>(&run, 1), false), data);
+  // In an MPI job, this rank's nodes alone, over stand-ins for what other ranks compute.
+  std::vector<std::vector<uint8_t>> stand_ins;
+  if (!plan_.unit_rank.empty()) {
+    std::vector<bool> keep(g.all().size(), false);
+    std::vector<Tensor*> from_others;
+    for (Tensor* n : g.nodes()) {
+      keep[size_t(n->index)] = rank_of(*n) == plan_.rank;
+      if (!keep[size_t(n->index)]) continue;
+      for (Tensor* src : n->src)
+        if (src && src->op != OpKind::None && rank_of(*src) != plan_.rank)
+          from_others.push_back(src);
+    }
+    (void)logits;
+    g.keep_nodes(keep);
+    for (Tensor* t : from_others)
+      if (t->op != OpKind::None) {
+        stand_ins.emplace_back(t->n_bytes());
+        g.make_leaf(t, stand_ins.back().data());
+      }
+  }
   scheduler_->upload_constants(g);
   plan_.fallbacks = scheduler_->report().fallbacks;
   pool_->release(0);
@@ -314,12 +479,23 @@ std::vector<const Device*> ModelContext::devices() const {
   return out;
 }
 
-ModelContext::~ModelContext() = default;
+ModelContext::~ModelContext() {
+  if (!cluster_) return;
+  try {
+    if (last_pass_) finish_pass(*last_pass_, nullptr);
+    if (cluster_->rank() == 0) {
+      const uint8_t end = uint8_t(PipelineCommand::End);
+      for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, &end, 1);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "polystack: error: {}\n", e.what());
+  }
+}
 
 size_t ModelContext::kv_cache_bytes() const {
   size_t n = 0;
-  for (const auto& b : k_cache_) n += b->size();
-  for (const auto& b : v_cache_) n += b->size();
+  for (const auto& b : k_cache_) n += b ? b->size() : 0;
+  for (const auto& b : v_cache_) n += b ? b->size() : 0;
   return n;
 }
 
@@ -406,8 +582,26 @@ std::vector<std::vector<float>> ModelContext::eval_batch(std::span<const SeqToke
     for (const SeqTokens& r : runs) out.push_back(eval_prepared(r.seq, r.tokens, false, r.hidden));
     return out;
   }
-  std::vector<float> states;
-  const std::vector<float> all = forward(runs, false, &states);
+  std::vector<float> states, all;
+  if (cluster_ && runs.size() > 1) {
+    // Micro-batches, one per rank at most, so that rank 0 starts the next while later ranks
+    // run the last: with k of them over R ranks, each rank idles (R - 1) / (k + R - 1) of the
+    // step (the pipeline's bubble).
+    const size_t k = std::min(runs.size(), size_t(cluster_->size()));
+    std::vector<std::unique_ptr<RankPass>> passes;
+    for (size_t i = 0; i < k; ++i) {
+      const size_t b = runs.size() * i / k, e = runs.size() * (i + 1) / k;
+      passes.push_back(start_pass(describe(runs.subspan(b, e - b), false)));
+    }
+    for (auto& p : passes) {
+      std::vector<float> s;
+      const std::vector<float> l = finish_pass(*p, &s);
+      all.insert(all.end(), l.begin(), l.end());
+      states.insert(states.end(), s.begin(), s.end());
+    }
+  } else {
+    all = forward(runs, false, &states);
+  }
   const size_t n_vocab = size_t(model_->model->params().n_vocab);
   const size_t n_embd = size_t(model_->model->params().n_embd);
   size_t logits_at = 0, states_at = 0;
@@ -509,15 +703,32 @@ std::vector<UnitCost> model_unit_costs(const LoadedModel& m, const ContextShape&
   return units;
 }
 
-Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits,
-                                 PassData& d, Tensor** hidden) const {
+PassDesc ModelContext::describe(std::span<const SeqTokens> runs, bool all_logits) const {
+  PassDesc desc;
+  desc.all_logits = all_logits;
+  for (const SeqTokens& r : runs) {
+    PassRun pr;
+    pr.seq = r.seq;
+    pr.n_past = n_past_[size_t(r.seq)];
+    pr.hidden = r.hidden;
+    pr.tokens.assign(r.tokens.begin(), r.tokens.end());
+    for (int gi = 0; gi < pool_->n_groups(); ++gi) pr.tables.push_back(pool_->table(r.seq, gi));
+    desc.runs.push_back(std::move(pr));
+  }
+  return desc;
+}
+
+Tensor* ModelContext::build_pass(Graph& g, const PassDesc& desc, PassData& d,
+                                 Tensor** hidden) const {
   const ModelParams& p = model_->model->params();
+  const std::vector<PassRun>& runs = desc.runs;
+  const bool all_logits = desc.all_logits;
   d.tokens.clear();
   d.pos.clear();
   d.rows.clear();
   d.hidden_rows.clear();
-  for (const SeqTokens& r : runs) {
-    const int n_past = n_past_[size_t(r.seq)];
+  for (const PassRun& r : runs) {
+    const int n_past = r.n_past;
     for (size_t i = 0; i < r.tokens.size(); ++i) {
       if (r.hidden) d.hidden_rows.push_back(int32_t(d.tokens.size()));
       d.tokens.push_back(r.tokens[i]);
@@ -539,11 +750,14 @@ Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool
     info[1] = int32_t(block);
     ForwardInputs::KvLayout& L = d.layouts[size_t(gi)];
     int32_t first = 0;
-    for (const SeqTokens& r : runs) {
-      const std::vector<int32_t>& table = pool_->table(r.seq, gi);
+    for (const PassRun& r : runs) {
+      if (size_t(gi) >= r.tables.size())
+        throw BackendError(fmt::format("a pass names {} groups of layers; the model has {}",
+                                       r.tables.size(), n_groups));
+      const std::vector<int32_t>& table = r.tables[size_t(gi)];
       const int32_t at = int32_t(info.size());
       info.insert(info.end(), table.begin(), table.end());
-      const int64_t n_past = n_past_[size_t(r.seq)], end = n_past + int64_t(r.tokens.size());
+      const int64_t n_past = r.n_past, end = n_past + int64_t(r.tokens.size());
       for (int64_t j = n_past; j < end;) {
         const int64_t slot = j % slots;
         const int64_t stop = std::min({end, j + slots - slot, j + block - slot % block});
@@ -581,12 +795,13 @@ Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool
   for (int64_t l = 0; l < p.n_layer; ++l) {
     const int gi = kv_groups_.layer_group[size_t(l)];
     const int64_t cells = pool_->group(gi).n_blocks * pool_->block();
+    const auto address = [](const std::unique_ptr<Buffer>& b) {
+      return b ? b->address() : nullptr;  // null: another rank's layer
+    };
     in.k_cache.push_back(g.leaf(fmt::format("cache_k.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, cells, 1},
-                                k_cache_[size_t(l)]->address()));
+                                {p.head_dim, p.n_head_kv, cells, 1}, address(k_cache_[size_t(l)])));
     in.v_cache.push_back(g.leaf(fmt::format("cache_v.{}", l), DType::F16,
-                                {p.head_dim, p.n_head_kv, cells, 1},
-                                v_cache_[size_t(l)]->address()));
+                                {p.head_dim, p.n_head_kv, cells, 1}, address(v_cache_[size_t(l)])));
     in.kv_layout.push_back(&d.layouts[size_t(gi)]);
   }
   return model_->model->build_graph(g, in);
@@ -594,10 +809,14 @@ Tensor* ModelContext::build_pass(Graph& g, std::span<const SeqTokens> runs, bool
 
 std::vector<float> ModelContext::forward(std::span<const SeqTokens> runs, bool all_logits,
                                          std::vector<float>* hidden) {
+  if (cluster_) {
+    std::unique_ptr<RankPass> p = start_pass(describe(runs, all_logits));
+    return finish_pass(*p, hidden);
+  }
   PassData d;
   Graph g;
   Tensor* states = nullptr;
-  Tensor* logits = build_pass(g, runs, all_logits, d, &states);
+  Tensor* logits = build_pass(g, describe(runs, all_logits), d, &states);
   std::vector<float> out;
   if (states && states == logits) {  // hidden runs only
     scheduler_->run(g, {states});
@@ -614,6 +833,122 @@ std::vector<float> ModelContext::forward(std::span<const SeqTokens> runs, bool a
   }
   for (const SeqTokens& r : runs) n_past_[size_t(r.seq)] += int(r.tokens.size());
   return out;
+}
+
+int ModelContext::rank_of(const Tensor& n) const {
+  const int units = int(plan_.unit_rank.size());
+  return plan_.unit_rank[size_t(std::clamp(n.layer + 1, 0, units - 1))];
+}
+
+// One rank's share of a pass: the graph (its leaves point into d and the received bytes), what it
+// sends while it runs on, and on rank 0 the outputs.
+struct ModelContext::RankPass {
+  Graph g;
+  PassData d;
+  Tensor* logits = nullptr;  // null when every run is hidden
+  Tensor* states = nullptr;
+  std::vector<std::vector<uint8_t>> received, sent;
+  std::vector<cluster::Cluster::Pending> sending;
+  std::vector<float> logits_out, states_out;  // rank 0: read here when this rank made them
+};
+
+std::unique_ptr<ModelContext::RankPass> ModelContext::start_pass(const PassDesc& desc) {
+  cluster::Cluster& c = *cluster_;
+  const int me = c.rank();
+  if (me == 0) {
+    const std::vector<uint8_t> msg = encode_pass(desc);
+    for (int r = 1; r < c.size(); ++r) c.send(r, cluster::kCommand, msg);
+    for (const PassRun& r : desc.runs) n_past_[size_t(r.seq)] += int(r.tokens.size());
+  }
+  auto p = std::make_unique<RankPass>();
+  Graph& g = p->g;
+  p->logits = build_pass(g, desc, p->d, &p->states);
+  if (p->states && p->states == p->logits) p->logits = nullptr;
+  // The tensors that cross from one rank to another: (tensor, from, to), in the same order on
+  // every rank (the graphs are the same), so that each pair's messages match.
+  struct Crossing {
+    Tensor* t;
+    int from, to;
+  };
+  std::vector<Crossing> crossings;
+  std::vector<bool> keep(g.all().size(), false);
+  for (Tensor* n : g.nodes()) {
+    const int rn = rank_of(*n);
+    keep[size_t(n->index)] = rn == me;
+    for (Tensor* src : n->src)
+      if (src && src->op != OpKind::None && rank_of(*src) != rn)
+        crossings.push_back({src, rank_of(*src), rn});
+  }
+  std::sort(crossings.begin(), crossings.end(), [](const Crossing& a, const Crossing& b) {
+    return a.t->index != b.t->index ? a.t->index < b.t->index : a.to < b.to;
+  });
+  crossings.erase(
+      std::unique(crossings.begin(), crossings.end(),
+                  [](const Crossing& a, const Crossing& b) { return a.t == b.t && a.to == b.to; }),
+      crossings.end());
+  g.keep_nodes(keep);
+  std::vector<Tensor*> outputs;
+  for (const Crossing& x : crossings) {
+    if (x.to == me && x.t->op != OpKind::None) {
+      p->received.emplace_back(x.t->n_bytes());
+      c.set_waiting_for(fmt::format("rank {} ({})", x.from, plan_.rank_units_text(x.from)));
+      c.recv(x.from, cluster::kActivation, p->received.back().data(), x.t->n_bytes());
+      g.make_leaf(x.t, p->received.back().data());
+    } else if (x.from == me) {
+      outputs.push_back(x.t);
+    }
+  }
+  c.set_waiting_for("");
+  for (Tensor* t : {p->logits, p->states})
+    if (t && rank_of(*t) == me) outputs.push_back(t);
+  if (POLYSTACK_TEST_MPI_EXIT_RANK == me) std::raise(SIGKILL);
+  scheduler_->run(g, outputs);
+  for (const Crossing& x : crossings)
+    if (x.from == me) {
+      p->sent.emplace_back(x.t->n_bytes());
+      scheduler_->read(*x.t, p->sent.back().data());
+      p->sending.push_back(
+          c.isend(x.to, cluster::kActivation, p->sent.back().data(), p->sent.back().size()));
+    }
+  // The outputs: read here on rank 0, sent there from elsewhere.
+  for (Tensor* t : {p->logits, p->states}) {
+    if (!t || rank_of(*t) != me) continue;
+    std::vector<float>& out = t == p->logits ? p->logits_out : p->states_out;
+    out.resize(size_t(t->n_elements()));
+    scheduler_->read(*t, out.data());
+    if (me != 0)
+      p->sending.push_back(c.isend(0, cluster::kOutput, out.data(), out.size() * sizeof(float)));
+  }
+  return p;
+}
+
+std::vector<float> ModelContext::finish_pass(RankPass& p, std::vector<float>* hidden) {
+  cluster::Cluster& c = *cluster_;
+  if (c.rank() == 0) {
+    for (Tensor* t : {p.logits, p.states}) {
+      if (!t || rank_of(*t) == 0) continue;
+      std::vector<float>& out = t == p.logits ? p.logits_out : p.states_out;
+      out.resize(size_t(t->n_elements()));
+      const int from = rank_of(*t);
+      c.set_waiting_for(fmt::format("rank {} ({})", from, plan_.rank_units_text(from)));
+      c.recv(from, cluster::kOutput, out.data(), out.size() * sizeof(float));
+    }
+    c.set_waiting_for("");
+  }
+  for (cluster::Cluster::Pending& s : p.sending) c.wait(s);
+  p.sending.clear();
+  if (p.states) {
+    if (!hidden) throw std::logic_error("a pass with hidden runs needs somewhere to put them");
+    *hidden = std::move(p.states_out);
+  }
+  return std::move(p.logits_out);
+}
+
+void ModelContext::run_pass(const PassDesc& desc) {
+  std::unique_ptr<RankPass> p = start_pass(desc);
+  // The last pass's sends have had this pass's time to go.
+  if (last_pass_) finish_pass(*last_pass_, nullptr);
+  last_pass_ = std::move(p);
 }
 
 }  // namespace ps

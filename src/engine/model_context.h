@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/device_choice.h"
 #include "engine/kv_pool.h"
+#include "engine/pipeline.h"
 #include "model/model.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
@@ -19,6 +20,9 @@
 
 namespace ps::gguf {
 class File;
+}
+namespace ps::cluster {
+class Cluster;
 }
 
 namespace ps {
@@ -66,6 +70,11 @@ struct ContextOptions {
   // cells a later request may reuse (a server's prompt cache).
   int n_seq = 1;
   int n_seq_cached = 0;
+  // --mpi: the model's layers spread over the ranks of the MPI job this process is rank 0 of
+  // (engine/pipeline.h), in proportion to rank_split (--rank-split, one share per rank) or to
+  // each rank's free memory.
+  bool mpi = false;
+  std::vector<double> rank_split;
 };
 
 // The first step: the options checked and the context's shape resolved (n_ctx 0 becomes the
@@ -116,15 +125,26 @@ PlacementDevice placement_device(const DeviceInfo& d);
 
 // The third: which device runs each unit of the model and why, from -ngl, the split flags and
 // the devices' free memory.
+// In an MPI job, unit_rank says which rank holds each unit: the units of other ranks than
+// `rank` cost nothing here.
 PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
-                          const std::vector<Device*>& devices, const ContextOptions& opts);
+                          const std::vector<Device*>& devices, const ContextOptions& opts,
+                          const std::vector<int>& unit_rank = {}, int rank = 0);
 
 class ModelContext {
  public:
   // The steps in order: resolve_shape, open_devices, plan_layers, then allocate_kv and
   // upload_weights below.
+  // With opts.mpi in a job of several ranks, this is rank 0's part: the other ranks are told of
+  // the context, their facts checked, and the units planned over them (engine/pipeline.h).
   ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts);
+  // A worker rank's part of rank 0's context: its devices (opened and reported to rank 0) and
+  // the units it holds.
+  ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts,
+               OpenedDevices opened, std::vector<int> unit_rank, int rank);
   ~ModelContext();
+  // A worker's share of a pass rank 0 described.
+  void run_pass(const PassDesc& desc);
   ModelContext(const ModelContext&) = delete;
   ModelContext& operator=(const ModelContext&) = delete;
 
@@ -196,6 +216,15 @@ class ModelContext {
   // The fifth: the weights reach a device with its own memory now rather than with the first
   // token; placing a graph also finds the ops that run elsewhere than their layer's device.
   void upload_weights();
+  // The steps both constructors share, once the devices are open.
+  void init(const ContextShape& shape, const ContextOptions& opts, OpenedDevices opened,
+            std::vector<int> unit_rank, int rank);
+  // Rank 0: the workers told of the context (Start), their facts gathered and checked, the
+  // units planned over the ranks and sent (Plan); returns unit_rank.
+  std::vector<int> plan_job(const ContextShape& shape, const ContextOptions& opts,
+                            const OpenedDevices& opened);
+  // Rank 0: each worker's answer once its layers are loaded.
+  void gather_ready();
   // What a pass's graph reads beside the weights and caches: the tokens, their positions, the
   // rows whose logits come out, and per group of layers the paged attention's data and where
   // the new keys and values go.
@@ -209,8 +238,16 @@ class ModelContext {
   // token's with all_logits (one run).
   // The hidden runs' states come out through *hidden (null when there are none); when every run
   // is hidden, that node is the one returned.
-  Tensor* build_pass(Graph& g, std::span<const SeqTokens> runs, bool all_logits, PassData& d,
-                     Tensor** hidden = nullptr) const;
+  Tensor* build_pass(Graph& g, const PassDesc& desc, PassData& d, Tensor** hidden = nullptr) const;
+  // The pass over runs, from the pool's tables and the sequences' positions.
+  PassDesc describe(std::span<const SeqTokens> runs, bool all_logits) const;
+  // A pass in an MPI job: started (rank 0 sends the description; this rank's nodes run, their
+  // tensors go on to the ranks that read them) and, on rank 0, finished (the logits back).
+  struct RankPass;
+  std::unique_ptr<RankPass> start_pass(const PassDesc& desc);
+  std::vector<float> finish_pass(RankPass& p, std::vector<float>* hidden);
+  // The rank that runs node n (the rank of its unit).
+  int rank_of(const Tensor& n) const;
   // Builds, runs and reads it; the sequences' positions advance. The logits of the runs that
   // are not hidden; the hidden runs' states, in run order, into *hidden.
   std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits,
@@ -237,6 +274,11 @@ class ModelContext {
   int n_batch_ = 512;
   std::vector<int> n_past_;  // per sequence
   std::vector<bool> live_;   // per sequence: acquired
+  // In a job of several ranks: the job (rank 0's, or a worker's); the worker's last pass,
+  // whose sends may still be under way.
+  cluster::Cluster* cluster_ = nullptr;
+  std::unique_ptr<RankPass> last_pass_;
+  std::vector<PlacementRank> job_ranks_;  // rank 0: the ranks' facts, from plan_job
 };
 
 }  // namespace ps

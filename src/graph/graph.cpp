@@ -53,6 +53,25 @@ Tensor* Graph::leaf(std::string name, DType type, std::array<int64_t, 4> ne, voi
   return &t;
 }
 
+void Graph::keep_nodes(const std::vector<bool>& keep) {
+  std::erase_if(nodes_, [&](const Tensor* t) { return !keep.at(size_t(t->index)); });
+}
+
+void Graph::make_leaf(Tensor* t, void* data) {
+  if (!t->is_contiguous())
+    throw ModelError(
+        fmt::format("tensor '{}' is not contiguous: it cannot come from another rank", t->name));
+  t->op = OpKind::None;
+  t->src = {};
+  t->iparams = {};
+  t->fparams = {};
+  t->view_offset = 0;
+  t->data = data;
+  t->constant = false;
+  t->set_contiguous_strides();
+  std::erase(nodes_, t);
+}
+
 Tensor* Graph::node(OpKind op, DType type, std::array<int64_t, 4> ne,
                     std::initializer_list<Tensor*> src) {
   Tensor& t = add_tensor();

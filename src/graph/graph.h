@@ -70,6 +70,12 @@ class Graph {
   // Whether the nodes created from now on compute routed experts (Tensor::experts).
   void set_experts(bool on) { experts_ = on; }
 
+  // Part of a built graph, for a rank of an MPI job that runs only its own layers' nodes:
+  // keeps the nodes whose keep[Tensor::index] is true, in their order; and turns node t into a
+  // leaf over `data` (the bytes another rank computed; t must be contiguous).
+  void keep_nodes(const std::vector<bool>& keep);
+  void make_leaf(Tensor* t, void* data);
+
   // Every tensor in creation order; nodes() are the ones with an op (View included).
   const std::vector<Tensor*>& nodes() const { return nodes_; }
   std::span<Tensor* const> all() const { return all_; }

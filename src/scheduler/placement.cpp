@@ -111,11 +111,101 @@ std::string PlacementPlan::experts_text() const {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+namespace {
+
+// The units whose owner is `who` in words: "input + layers 0-3 + output".
+std::vector<std::string> owned_units(const std::vector<int>& owner, int who) {
+  const int n = int(owner.size());
+  std::vector<std::string> parts;
+  if (owner[0] == who) parts.push_back("input");
+  for (int u = 1; u + 1 < n; ++u) {
+    if (owner[size_t(u)] != who) continue;
+    int v = u;
+    while (v + 2 < n && owner[size_t(v + 1)] == who) ++v;
+    parts.push_back(v == u ? fmt::format("layer {}", u - 1)
+                           : fmt::format("layers {}-{}", u - 1, v - 1));
+    u = v;
+  }
+  if (n > 1 && owner[size_t(n - 1)] == who) parts.push_back("output");
+  return parts;
+}
+
+}  // namespace
+
+std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
+                            const std::vector<PlacementRank>& ranks,
+                            const std::vector<double>& split) {
+  const int n = int(units.size()), R = int(ranks.size());
+  const int L = n - 2;
+  if (R < 1) throw BackendError("placement: an MPI job has at least one rank");
+  if (L < R)
+    throw UsageError(fmt::format(
+        "{} ranks for a model of {} layers: each rank holds at least one layer (mpirun -np {} "
+        "at most)",
+        R, L, std::max(L, 1)));
+  std::vector<double> share(static_cast<size_t>(R), 1.0);
+  if (!split.empty()) {
+    if (int(split.size()) != R)
+      throw UsageError(
+          fmt::format("--rank-split has {} proportions for {} ranks", split.size(), R));
+    for (size_t r = 0; r < split.size(); ++r) {
+      if (!(split[r] > 0) || !std::isfinite(split[r]))
+        throw UsageError("--rank-split takes a positive proportion for every rank");
+      share[r] = split[r];
+    }
+  } else if (std::all_of(ranks.begin(), ranks.end(),
+                         [](const PlacementRank& r) { return r.free > 0; })) {
+    for (int r = 0; r < R; ++r) share[size_t(r)] = double(ranks[size_t(r)].free);
+  }
+  std::vector<double> cost(static_cast<size_t>(n));
+  double total = 0, total_share = 0;
+  for (int u = 0; u < n; ++u)
+    total += cost[size_t(u)] = double(units[size_t(u)].weights + units[size_t(u)].kv);
+  for (double s : share) total_share += s;
+  std::vector<int> out(static_cast<size_t>(n), 0);
+  int r = 0;
+  bool has_layer = false;
+  double cum = 0, target = total * share[0] / total_share;
+  for (int u = 0; u < n; ++u) {
+    // Layers left from here for the ranks after r, each of which needs one.
+    const int layers_left = u <= L ? L - std::max(u, 1) + 1 : 0;
+    const bool must = layers_left <= R - 1 - r;
+    if (r < R - 1 && has_layer && (must || cum + cost[size_t(u)] / 2 > target)) {
+      ++r;
+      has_layer = false;
+      target += total * share[size_t(r)] / total_share;
+    }
+    out[size_t(u)] = r;
+    cum += cost[size_t(u)];
+    if (u >= 1 && u <= L) has_layer = true;
+  }
+  // What each rank holds, against what it has.
+  std::vector<uint64_t> need(static_cast<size_t>(R), 0);
+  for (int u = 0; u < n; ++u)
+    need[size_t(out[size_t(u)])] += units[size_t(u)].weights + units[size_t(u)].kv;
+  if (out[0] == out[size_t(n - 1)]) need[size_t(out[0])] -= units[0].shared_with_output;
+  for (int k = 0; k < R; ++k)
+    if (ranks[size_t(k)].free > 0 && need[size_t(k)] > ranks[size_t(k)].free)
+      throw UsageError(fmt::format("rank {} ({}) would hold {} of the model but has {} free{}", k,
+                                   ranks[size_t(k)].host, human_bytes(need[size_t(k)]),
+                                   human_bytes(ranks[size_t(k)].free),
+                                   split.empty() ? ": the model needs more ranks or memory"
+                                                 : ": give it a smaller --rank-split share"));
+  return out;
+}
+
+std::string PlacementPlan::rank_units_text(int r) const {
+  const std::vector<std::string> parts = owned_units(unit_rank, r);
+  return parts.empty() ? "nothing" : fmt::format("{}", fmt::join(parts, " + "));
+}
+
 std::string PlacementPlan::units_text(int device) const {
   const int n = n_units();
-  std::vector<std::string> parts;
+  std::vector<int> owner = unit_device;
+  for (int u = 0; u < n; ++u)
+    if (!local(u)) owner[size_t(u)] = -1;
   int count = 0;
-  for (int u = 0; u < n; ++u) count += unit_device[size_t(u)] == device;
+  for (int u = 0; u < n; ++u) count += owner[size_t(u)] == device;
   // The CPU also runs the routed experts its GPUs' layers leave to it.
   const bool cpu = device == int(devices.size()) - 1;
   const std::string apart = experts_on_cpu.empty() ? std::string() : experts_text();
@@ -123,16 +213,7 @@ std::string PlacementPlan::units_text(int device) const {
       cpu && !apart.empty() ? fmt::format("the routed experts of {}", apart) : std::string();
   if (count == n) return !cpu && !apart.empty() ? "everything but routed experts" : "everything";
   if (count == 0) return experts.empty() ? "nothing" : experts;
-  if (unit_device[0] == device) parts.push_back("input");
-  for (int u = 1; u + 1 < n; ++u) {
-    if (unit_device[size_t(u)] != device) continue;
-    int v = u;
-    while (v + 2 < n && unit_device[size_t(v + 1)] == device) ++v;
-    parts.push_back(v == u ? fmt::format("layer {}", u - 1)
-                           : fmt::format("layers {}-{}", u - 1, v - 1));
-    u = v;
-  }
-  if (unit_device[size_t(n - 1)] == device) parts.push_back("output");
+  std::vector<std::string> parts = owned_units(owner, device);
   if (!experts.empty()) parts.push_back(experts);
   return fmt::format("{}", fmt::join(parts, " + "));
 }
@@ -155,12 +236,14 @@ nlohmann::json PlacementPlan::to_json() const {
   j["units"] = nlohmann::json::array();
   const std::vector<int> expert_device = expert_devices();
   for (int u = 0; u < n_units(); ++u) {
-    nlohmann::json unit = {{"unit", unit_name(u, n_units())},
-                           {"layer", u - 1},
-                           {"device", devices[size_t(unit_device[size_t(u)])].id},
-                           {"weights_bytes", units[size_t(u)].weights},
-                           {"kv_bytes", units[size_t(u)].kv},
-                           {"shared_with_output_bytes", units[size_t(u)].shared_with_output}};
+    nlohmann::json unit = {
+        {"unit", unit_name(u, n_units())},
+        {"layer", u - 1},
+        {"device", local(u) ? nlohmann::json(devices[size_t(unit_device[size_t(u)])].id)
+                            : nlohmann::json(nullptr)},
+        {"weights_bytes", units[size_t(u)].weights},
+        {"kv_bytes", units[size_t(u)].kv},
+        {"shared_with_output_bytes", units[size_t(u)].shared_with_output}};
     if (units[size_t(u)].experts > 0) {
       unit["experts_bytes"] = units[size_t(u)].experts;
       unit["experts_device"] = devices[size_t(expert_device[size_t(u)])].id;
@@ -169,6 +252,20 @@ nlohmann::json PlacementPlan::to_json() const {
   }
   if (!experts_note.empty()) j["experts_note"] = experts_note;
   j["fallbacks"] = fallbacks;
+  if (!unit_rank.empty()) {
+    for (int u = 0; u < n_units(); ++u) j["units"][size_t(u)]["rank"] = unit_rank[size_t(u)];
+    j["rank"] = rank;
+    j["ranks"] = nlohmann::json::array();
+    for (size_t r = 0; r < ranks.size(); ++r)
+      j["ranks"].push_back({{"rank", r},
+                            {"host", ranks[r].host},
+                            {"devices", ranks[r].devices},
+                            {"free_bytes", ranks[r].free},
+                            {"need_bytes", ranks[r].need},
+                            {"resident_bytes", ranks[r].rss},
+                            {"units", rank_units_text(int(r))},
+                            {"summary", ranks[r].summary}});
+  }
   return j;
 }
 

@@ -49,6 +49,16 @@ struct LayerRequest {
   std::string experts_cpu_reason;
 };
 
+// One rank of an MPI job (cluster/cluster.h) as the plan sees it.
+struct PlacementRank {
+  std::string host;
+  uint64_t free = 0;    // the free memory of the devices it would use, summed; 0: unknown
+  std::string devices;  // its devices in words ("cuda:0 + cpu")
+  uint64_t need = 0;    // the bytes of its units (weights and KV)
+  uint64_t rss = 0;     // its resident memory once its weights are loaded (filled in later)
+  std::string summary;  // its own placement plan's summary (filled in later)
+};
+
 struct PlacementPlan {
   std::vector<PlacementDevice> devices;  // the GPUs in order, the CPU last
   std::vector<UnitCost> units;           // what each unit costs
@@ -67,12 +77,23 @@ struct PlacementPlan {
   // Ops that run elsewhere than their unit's device, each with the device's reason (the
   // scheduler's report, filled in once the graph is placed).
   std::vector<std::string> fallbacks;
+  // In an MPI job: per unit, the rank that holds it (plan_ranks), and this process's rank;
+  // devices and unit_device speak of this rank's units only (the others cost nothing here).
+  // Empty in one process.
+  std::vector<int> unit_rank;
+  int rank = 0;
+  // On rank 0, every rank of the job.
+  std::vector<PlacementRank> ranks;
 
   int n_units() const { return int(unit_device.size()); }
   // True when every unit runs on devices[0].
   bool single_device() const;
   // Layers (with input and output) per device in words: "layers 2-4 + output".
   std::string units_text(int device) const;
+  // The units of rank r in words ("input + layers 0-3").
+  std::string rank_units_text(int r) const;
+  // True when unit u runs in this process.
+  bool local(int u) const { return unit_rank.empty() || unit_rank[size_t(u)] == rank; }
   // Per unit, the device of its routed experts (an index into devices).
   std::vector<int> expert_devices() const;
   // The layers whose experts run on the CPU apart from them, in words ("layers 0-9"); "" if none.
@@ -90,6 +111,15 @@ uint64_t placement_headroom(uint64_t free);
 // wrong length.
 PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t compute,
                              const std::vector<PlacementDevice>& devices, const LayerRequest& req);
+
+// Per unit, the rank of an MPI job that holds it: contiguous ranges in rank order (the input on
+// rank 0, the output on the last), sized by `split`'s proportions (--rank-split, one per rank)
+// or else by each rank's free memory (equal shares where any is unknown), with at least one
+// repeating layer per rank. UsageError for more ranks than layers, a split of the wrong length
+// or without a positive share, or a rank whose units need more than its free memory.
+std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
+                            const std::vector<PlacementRank>& ranks,
+                            const std::vector<double>& split);
 
 // POLYSTACK_DEVICE_MEMORY: "vulkan:0=48MiB,cpu=2GiB" (KiB, MiB or GiB; B or none for bytes).
 // The cap for `id`, or 0 when the list names none. UsageError for a malformed list.

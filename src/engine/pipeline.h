@@ -1,0 +1,64 @@
+#pragma once
+// A model across the ranks of an MPI job (cluster/cluster.h), as a pipeline: each rank holds a
+// contiguous range of units (PlacementPlan::unit_rank) on its own devices, rank 0 owns the
+// tokenizer, the sampler and the KV pool's bookkeeping, and for every forward pass it sends each
+// worker the pass's description (PassDesc), from which every rank builds the same graph and runs
+// the nodes of its own units; the tensors that cross from one rank's units to another's go
+// point to point, and the logits come back to rank 0.
+//
+// The commands rank 0 sends, in order: Start (the model, the options, the version) answered by
+// each worker's facts; Plan (unit_rank) answered when its layers are loaded; then Pass after Pass;
+// End when the context goes; Quit when rank 0's command ends.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+struct ContextOptions;
+struct LoadedModel;
+
+namespace cluster {
+class Cluster;
+}
+
+// What one forward pass evaluates: per run its sequence, the positions before it, its tokens
+// and its block table per group of layers (the pool's cells), as rank 0's pool holds them.
+struct PassRun {
+  int32_t seq = 0, n_past = 0;
+  bool hidden = false;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<int32_t>> tables;
+};
+struct PassDesc {
+  bool all_logits = false;
+  std::vector<PassRun> runs;
+};
+
+enum class PipelineCommand : uint8_t { Start = 1, Plan = 2, Pass = 3, End = 4, Quit = 5 };
+
+std::vector<uint8_t> encode_pass(const PassDesc& d);
+// std::runtime_error for bytes that are not a pass this version encodes.
+PassDesc decode_pass(std::span<const uint8_t> bytes);
+
+// The options a context is made with, as rank 0 sends them (the workers use them, not their own
+// command line).
+nlohmann::json context_options_json(const ContextOptions& o);
+ContextOptions context_options_from_json(const nlohmann::json& j);
+
+// What identifies a model file between ranks: its size and a hash of its header (metadata and
+// tensor list) and of its first and last bytes.
+std::string model_fingerprint(const std::string& path);
+
+// A worker rank's life: serves Start..End for each context rank 0 makes, until Quit; returns
+// the exit code. Errors in a pass end the whole job (Cluster::abort) after one line on stderr.
+int run_pipeline_worker(cluster::Cluster& c);
+// Rank 0 at the end of its command: the workers told to quit, MPI finalized.
+void stop_pipeline_workers(cluster::Cluster& c);
+
+// The resident memory of this process (VmRSS), bytes; 0 where unknown.
+uint64_t resident_bytes();
+
+}  // namespace ps
