@@ -167,7 +167,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "polystack: error: %s\n", e.what());
       return 1;
     }
-    if (job->rank() > 0) return ps::run_pipeline_worker(*job);
+    if (job->rank() > 0) {
+      std::string own_model;
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if ((a == "-m" || a == "--model") && i + 1 < argc) own_model = argv[i + 1];
+        if (a.starts_with("--model=")) own_model = std::string(a.substr(8));
+      }
+      return ps::run_pipeline_worker(*job, own_model);
+    }
   }
   const int rc = run_command(argc, argv);
   if (job) ps::stop_pipeline_workers(*job);

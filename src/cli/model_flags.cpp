@@ -196,6 +196,14 @@ void print_device_choice(const ModelContext& s, bool verbose) {
   const DeviceInfo& dev = s.device().info();
   fmt::print(stderr, "polystack: running on {} ({}): {}\n", dev.id, describe_device(dev), c.reason);
   fmt::print(stderr, "polystack: plan: {}\n", s.plan().summary);
+  if (const auto& ranks = s.plan().ranks; !ranks.empty()) {
+    std::vector<std::string> parts;
+    for (size_t r = 0; r < ranks.size(); ++r)
+      parts.push_back(fmt::format("rank {} on {}: {} ({})", r, ranks[r].host,
+                                  s.plan().rank_units_text(int(r)), ranks[r].devices));
+    fmt::print(stderr, "polystack: MPI job of {} ranks: {}\n", ranks.size(),
+               fmt::join(parts, "; "));
+  }
   for (const auto& line : c.passed) fmt::print(stderr, "polystack: not chosen: {}\n", line);
   for (const auto& line : s.warnings()) fmt::print(stderr, "polystack: warning: {}\n", line);
   if (verbose)
@@ -219,9 +227,10 @@ void print_plan_detail(const ModelContext& s) {
                p.experts_note);
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const PlacementRank& pr = p.ranks[r];
-    fmt::print(stderr, "polystack: rank {} on {}: {} on {}, needs {}, free {}, resident {}\n", r,
+    fmt::print(stderr, "polystack: rank {} on {}: {} on {}, needs {}, free {}, resident {}{}\n", r,
                pr.host, p.rank_units_text(int(r)), pr.devices, human_bytes(pr.need),
-               pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss));
+               pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss),
+               r ? fmt::format(", hop from rank 0 {:.1f} us", pr.hop_seconds * 1e6) : "");
   }
 }
 

@@ -197,10 +197,9 @@ PlacementPlan plan_layers(const LoadedModel& model, const ContextShape& shape,
   req.strict = opts.strict;
   req.n_cpu_moe = opts.n_cpu_moe;
   req.experts_cpu_reason = experts_why;
-  PlacementPlan plan = plan_placement(units, compute, pdevs, req);
-  plan.unit_rank = unit_rank;
-  plan.rank = rank;
-  return plan;
+  req.unit_rank = unit_rank;
+  req.rank = rank;
+  return plan_placement(units, compute, pdevs, req);
 }
 
 // What the user asked for that the model or the machine will not do well: a context beyond what
@@ -365,6 +364,22 @@ void ModelContext::gather_ready() {
   }
   cluster_->set_waiting_for("");
   if (!problems.empty()) throw BackendError(fmt::format("{}", fmt::join(problems, "; ")));
+  // The hop to each rank: round trips of one token's activation.
+  std::vector<uint8_t> ping(1 + size_t(model_->model->params().n_embd) * sizeof(float), 0);
+  ping[0] = uint8_t(PipelineCommand::Ping);
+  for (int r = 1; r < cluster_->size(); ++r) {
+    cluster_->set_waiting_for(fmt::format("rank {} ({})", r, ranks[size_t(r)].host));
+    std::vector<double> rtt;
+    for (int i = 0; i < 21; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cluster_->send(r, cluster::kCommand, ping);
+      (void)cluster_->recv(r, cluster::kReply);
+      rtt.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::nth_element(rtt.begin(), rtt.begin() + 10, rtt.end());
+    ranks[size_t(r)].hop_seconds = rtt[10] / 2;
+  }
+  cluster_->set_waiting_for("");
   plan_.ranks = std::move(ranks);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -171,15 +172,18 @@ nlohmann::json json_of(const std::vector<uint8_t>& msg) {
 
 PipelineCommand command_of(const std::vector<uint8_t>& msg) {
   if (msg.empty() || msg[0] < uint8_t(PipelineCommand::Start) ||
-      msg[0] > uint8_t(PipelineCommand::Quit))
+      msg[0] > uint8_t(PipelineCommand::Ping))
     throw std::runtime_error("rank 0 sent a message that is no command");
   return PipelineCommand(msg[0]);
 }
 
 }  // namespace
 
-int run_pipeline_worker(cluster::Cluster& c) {
+int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model) {
   const int me = c.rank();
+  // A test hook: the version this rank says it runs.
+  const char* version_env = std::getenv("POLYSTACK_TEST_VERSION");
+  const std::string version = version_env && *version_env ? version_env : kVersion;
   auto fatal = [&](const std::string& what) {
     fmt::print(stderr, "polystack: error: rank {} ({}): {}\n", me, c.host(), what);
     c.abort(1);
@@ -195,11 +199,12 @@ int run_pipeline_worker(cluster::Cluster& c) {
       ContextOptions opts = context_options_from_json(start.at("options"));
       std::shared_ptr<LoadedModel> model;
       OpenedDevices opened;
-      nlohmann::json reply = {{"host", c.host()}, {"version", kVersion}};
+      nlohmann::json reply = {{"host", c.host()}, {"version", version}};
       try {
-        const std::string path = start.at("model");
+        const std::string path =
+            own_model.empty() ? start.at("model").get<std::string>() : own_model;
         reply["fingerprint"] = model_fingerprint(path);
-        if (reply["fingerprint"] == start.at("fingerprint") && start.at("version") == kVersion) {
+        if (reply["fingerprint"] == start.at("fingerprint") && start.at("version") == version) {
           model = LoadedModel::load(path, false);
           opened = open_devices(*model, opts);
           uint64_t free = 0;
@@ -240,6 +245,10 @@ int run_pipeline_worker(cluster::Cluster& c) {
         if (cmd == PipelineCommand::Pass) {
           if (!ctx) fatal("a pass for a context that failed to load here");
           ctx->run_pass(decode_pass(msg));
+          continue;
+        }
+        if (cmd == PipelineCommand::Ping) {
+          c.send(0, cluster::kReply, msg);
           continue;
         }
         break;

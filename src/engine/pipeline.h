@@ -37,7 +37,8 @@ struct PassDesc {
   std::vector<PassRun> runs;
 };
 
-enum class PipelineCommand : uint8_t { Start = 1, Plan = 2, Pass = 3, End = 4, Quit = 5 };
+// Ping: bytes the worker sends back at once (rank 0 times the hop with it).
+enum class PipelineCommand : uint8_t { Start = 1, Plan = 2, Pass = 3, End = 4, Quit = 5, Ping = 6 };
 
 std::vector<uint8_t> encode_pass(const PassDesc& d);
 // std::runtime_error for bytes that are not a pass this version encodes.
@@ -54,7 +55,9 @@ std::string model_fingerprint(const std::string& path);
 
 // A worker rank's life: serves Start..End for each context rank 0 makes, until Quit; returns
 // the exit code. Errors in a pass end the whole job (Cluster::abort) after one line on stderr.
-int run_pipeline_worker(cluster::Cluster& c);
+// own_model: the -m of this rank's command line (mpirun's MPMD form can give each rank its own
+// path), else "" for rank 0's.
+int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model);
 // Rank 0 at the end of its command: the workers told to quit, MPI finalized.
 void stop_pipeline_workers(cluster::Cluster& c);
 

@@ -263,6 +263,7 @@ nlohmann::json PlacementPlan::to_json() const {
                             {"free_bytes", ranks[r].free},
                             {"need_bytes", ranks[r].need},
                             {"resident_bytes", ranks[r].rss},
+                            {"hop_seconds", ranks[r].hop_seconds},
                             {"units", rank_units_text(int(r))},
                             {"summary", ranks[r].summary}});
   }
@@ -279,6 +280,8 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
   const int g = int(devices.size()) - 1;  // GPUs
   const int L = n - 2;
   PlacementPlan plan;
+  plan.unit_rank = req.unit_rank;
+  plan.rank = req.rank;
   plan.devices = devices;
   plan.units = units;
   plan.compute = compute;
@@ -406,8 +409,12 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
     if (plan.need[size_t(d)] > 0)
       parts.push_back(
           fmt::format("{} on {} ({})", plan.units_text(d), devices[size_t(d)].id, free_text(d)));
-  plan.summary = fmt::format("{}: the whole model needs {}", fmt::join(parts, ", "),
-                             human_bytes(plan.whole_model));
+  plan.summary =
+      plan.unit_rank.empty()
+          ? fmt::format("{}: the whole model needs {}", fmt::join(parts, ", "),
+                        human_bytes(plan.whole_model))
+          : fmt::format("{}: rank {}'s share of the model needs {}", fmt::join(parts, ", "),
+                        plan.rank, human_bytes(plan.whole_model));
   if (g > 0) plan.summary += fmt::format(" ({})", plan.mode);
 
   // What cannot be met.

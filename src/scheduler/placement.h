@@ -47,6 +47,10 @@ struct LayerRequest {
   int n_cpu_moe = -1;
   // Non-empty: no GPU can run the experts (why, for the summary); they all stay on the CPU.
   std::string experts_cpu_reason;
+  // In an MPI job: the rank of each unit and this process's (PlacementPlan::unit_rank); the
+  // other ranks' units must cost nothing in `units`.
+  std::vector<int> unit_rank;
+  int rank = 0;
 };
 
 // One rank of an MPI job (cluster/cluster.h) as the plan sees it.
@@ -57,6 +61,9 @@ struct PlacementRank {
   uint64_t need = 0;    // the bytes of its units (weights and KV)
   uint64_t rss = 0;     // its resident memory once its weights are loaded (filled in later)
   std::string summary;  // its own placement plan's summary (filled in later)
+  // One hop from rank 0 to it and back, halved (the median of a few round trips of an
+  // activation's size); 0 for rank 0.
+  double hop_seconds = 0;
 };
 
 struct PlacementPlan {

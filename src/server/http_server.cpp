@@ -546,6 +546,21 @@ struct Server {
       mem += fmt::format("polystack_device_memory_bytes{{device=\"{}\"}} {}\n", plan.devices[d].id,
                          plan.need[d]);
     metric("device_memory_bytes", "gauge", "Bytes the model's plan puts on each device", mem);
+    if (!plan.ranks.empty()) {
+      std::string info, need, rss;
+      for (size_t r = 0; r < plan.ranks.size(); ++r) {
+        const PlacementRank& pr = plan.ranks[r];
+        info += fmt::format(
+            "polystack_rank_info{{rank=\"{}\",host=\"{}\",units=\"{}\",devices=\"{}\"}} 1\n", r,
+            pr.host, plan.rank_units_text(int(r)), pr.devices);
+        need += fmt::format("polystack_rank_memory_bytes{{rank=\"{}\"}} {}\n", r, pr.need);
+        rss += fmt::format("polystack_rank_resident_bytes{{rank=\"{}\"}} {}\n", r, pr.rss);
+      }
+      metric("rank_info", "gauge", "The ranks of the MPI job: which units each holds, where", info);
+      metric("rank_memory_bytes", "gauge", "Bytes of the model's units each rank holds", need);
+      metric("rank_resident_bytes", "gauge",
+             "Each rank's resident memory once its layers were loaded", rss);
+    }
     return out;
   }
 };

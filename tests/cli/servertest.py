@@ -48,13 +48,14 @@ def chat_model_for(binary, chat_model):
 class Server:
     """`BIN serve -m MODEL --port P ARGS` (without -m when model is None: the default chat
     model), ready once /health answers 200 (RuntimeError if it exits or does not within
-    ready_s seconds). on_fail(message) hears of a server that outlives SIGTERM."""
+    ready_s seconds). on_fail(message) hears of a server that outlives SIGTERM. launcher: what
+    comes before BIN on the command line (mpirun and its flags)."""
 
-    def __init__(self, binary, model, args, env=None, on_fail=print, ready_s=120):
+    def __init__(self, binary, model, args, env=None, on_fail=print, ready_s=120, launcher=None):
         self.on_fail = on_fail
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [binary, "serve"] + (["-m", model] if model is not None else []) +
+            (launcher or []) + [binary, "serve"] + (["-m", model] if model is not None else []) +
             ["--port", str(self.port)] + args,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env=env or os.environ.copy())

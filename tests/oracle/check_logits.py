@@ -99,6 +99,10 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
         cmd += ["-t", str(args.threads)]
     if args.device:
         cmd += ["--device", args.device]
+    if args.mpi:
+        cmd = mpirun_prefix(args.mpi) + cmd + ["--mpi"]
+        if args.rank_split:
+            cmd += ["--rank-split", args.rank_split]
     print("running:", " ".join(cmd if len(ids) <= 8 else cmd[:5] + ["..."] + cmd[6:]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
@@ -118,6 +122,21 @@ def run_cli(args, model: str, ids: list[int], n_vocab: int, workdir: str) -> np.
         raise RuntimeError(f"expected {len(ids)} x {n_vocab} = {len(ids) * n_vocab} floats, "
                            f"got {data.size}")
     return data.reshape(len(ids), n_vocab).astype(np.float64)
+
+
+def mpirun_prefix(ranks: int) -> list[str]:
+    """mpirun for `ranks` ranks on this machine (more ranks than cores allowed)."""
+    return ["mpirun", "--oversubscribe", "-np", str(ranks)]
+
+
+def mpi_problem(binary: str) -> str | None:
+    """Why an MPI job cannot run here, or None."""
+    import shutil
+    if not shutil.which("mpirun"):
+        return "mpirun is not installed (Debian: openmpi-bin)"
+    if not (Path(binary).parent / "libpolystack-mpi.so").exists():
+        return "this build has no libpolystack-mpi.so (MPI was not found at build time)"
+    return None
 
 
 def default_model_path() -> str | None:
@@ -230,6 +249,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--device", help="run on this device (skip when it is absent or unusable)")
     ap.add_argument("--ngl", help="-ngl: layers on --device, the rest on the CPU")
+    ap.add_argument("--mpi", type=int,
+                    help="run under mpirun with this many ranks, the layers spread over them")
+    ap.add_argument("--rank-split", help="--rank-split for the MPI job")
     ap.add_argument("--max-rel-err", type=float, default=1e-4)
     ap.add_argument("--quantize", help="check the model as `polystack quantize` writes it")
     ap.add_argument("--max-quant-err", type=float,
@@ -262,6 +284,9 @@ def main() -> int:
 
     if args.device and not args.estimate and not device_usable(args.bin, args.device):
         print(f"SKIP: device {args.device} is absent or unusable here")
+        return SKIP
+    if args.mpi and not args.estimate and (why := mpi_problem(args.bin)):
+        print(f"SKIP: {why}")
         return SKIP
 
     with tempfile.TemporaryDirectory(prefix="polystack-logits-") as workdir:
