@@ -17,7 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["fuzz_gguf", "fuzz_model", "fuzz_tokenizer", "fuzz_server_request", "fuzz_template",
-           "fuzz_device_parsers", "fuzz_doctor_parsers", "fuzz_cli_args", "fuzz_grammar"]
+           "fuzz_device_parsers", "fuzz_doctor_parsers", "fuzz_cli_args", "fuzz_grammar",
+           "fuzz_pipeline"]
 # The real vocabularies fuzz_tokenizer loads, in the order its first byte picks them.
 VOCABS = ["ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf"]
 
@@ -63,6 +64,19 @@ def write(out: Path, target: str, data: bytes) -> None:
     d = out / target
     d.mkdir(parents=True, exist_ok=True)
     (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def pipeline_seeds() -> list:
+    """Pass messages as engine/pipeline.cpp encodes them: the command byte 3, then int32s."""
+    def pass_bytes(all_logits, runs):
+        out = [3, all_logits, len(runs)]
+        for seq, n_past, hidden, tokens, tables in runs:
+            out += [seq, n_past, hidden, len(tokens)] + tokens + [len(tables)]
+            for t in tables:
+                out += [len(t)] + t
+        return bytes([out[0]]) + struct.pack(f"<{len(out) - 1}i", *out[1:])
+    return [pass_bytes(0, [(0, 0, 0, [1, 2, 3], [[0]])]),
+            pass_bytes(1, [(2, 40, 0, [7], [[0, 1], [3]]), (1, 5, 1, [9, 9], [[4], [5]])])]
 
 
 def tiny_models(tmp: Path) -> list:
@@ -306,6 +320,8 @@ def main() -> int:
             seeds = grammar_seeds()
         elif target == "fuzz_cli_args":
             seeds = cli_seeds()
+        elif target == "fuzz_pipeline":
+            seeds = pipeline_seeds()
         (a.out / target).mkdir(parents=True, exist_ok=True)
         for s in seeds:
             write(a.out, target, s)

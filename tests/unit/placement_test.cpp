@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -349,6 +350,78 @@ TEST(PlacementExperts, DenseModelsAreUnchanged) {
   const PlacementPlan p = plan_placement(units, MiB, devs, r);
   EXPECT_EQ(apart(p), "");
   EXPECT_EQ(p.experts_text(), "");
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+constexpr uint64_t GiB(uint64_t n) { return n << 30; }
+
+PlacementRank rank_with(uint64_t free) { return {"node", free, "cpu", 0, 0, "", 0}; }
+
+// Ranks of an MPI job: contiguous ranges in order, by --rank-split or free memory, each with a
+// layer, the input on rank 0 and the output on the last; the errors name the rank and sizes.
+TEST(PlacementRanks, EqualFreeMemoryGivesEqualShares) {
+  const std::vector<int> r = plan_ranks(model(8), {rank_with(0), rank_with(0)}, {});
+  // [in 3, 8 x 12, out 7]: 106 MiB; half is 53: input + 4 layers (51) then the rest.
+  EXPECT_EQ(r, (std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1, 1, 1}));
+  const std::vector<int> r3 =
+      plan_ranks(model(8), {rank_with(GiB(1)), rank_with(GiB(1)), rank_with(GiB(1))}, {});
+  EXPECT_EQ(r3.front(), 0);
+  EXPECT_EQ(r3.back(), 2);
+  EXPECT_TRUE(std::is_sorted(r3.begin(), r3.end()));
+}
+
+TEST(PlacementRanks, SplitAndFreeMemoryMoveTheBoundary) {
+  const std::vector<int> split = plan_ranks(model(8), {rank_with(0), rank_with(0)}, {1, 3});
+  EXPECT_EQ(std::count(split.begin(), split.end(), 0), 3);  // input + 2 layers: 27 of 106
+  const std::vector<int> byfree =
+      plan_ranks(model(8), {rank_with(3 * GiB(1)), rank_with(GiB(1))}, {});
+  EXPECT_EQ(std::count(byfree.begin(), byfree.end(), 1), 3);  // 2 layers + output: 31 of 106
+}
+
+TEST(PlacementRanks, EveryRankHoldsALayerWhateverTheShares) {
+  const std::vector<int> r =
+      plan_ranks(model(3), {rank_with(0), rank_with(0), rank_with(0)}, {100, 1, 1});
+  EXPECT_EQ(r, (std::vector<int>{0, 0, 1, 2, 2}));
+  const std::vector<int> last = plan_ranks(model(3), {rank_with(0), rank_with(0)}, {1, 100});
+  EXPECT_EQ(last, (std::vector<int>{0, 0, 1, 1, 1}));
+}
+
+TEST(PlacementRanks, RequestsThatCannotBeMetAreErrors) {
+  try {
+    plan_ranks(model(2), {rank_with(0), rank_with(0), rank_with(0)}, {});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 ranks for a model of 2 layers"), std::string::npos);
+  }
+  EXPECT_THROW(plan_ranks(model(4), {rank_with(0), rank_with(0)}, {1}), UsageError);
+  EXPECT_THROW(plan_ranks(model(4), {rank_with(0), rank_with(0)}, {1, 0}), UsageError);
+  try {
+    plan_ranks(model(8), {rank_with(GiB(1)), rank_with(10 * MiB)}, {1, 1});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (node) would hold"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PlacementRanks, TheRankPlanSaysWhatEachRankHolds) {
+  PlacementPlan p = plan_placement(model(4), MiB, {cpu()}, LayerRequest{});
+  p.unit_rank = {0, 0, 0, 1, 1, 1};
+  EXPECT_EQ(p.rank_units_text(0), "input + layers 0-1");
+  EXPECT_EQ(p.rank_units_text(1), "layers 2-3 + output");
+  p.rank = 1;
+  EXPECT_EQ(p.units_text(0), "layers 2-3 + output");
+  p.ranks = {rank_with(GiB(1)), rank_with(GiB(1))};
+  const nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["units"][0]["rank"], 0);
+  EXPECT_TRUE(j["units"][0]["device"].is_null());
+  EXPECT_EQ(j["units"][5]["device"], "cpu");
+  EXPECT_EQ(j["ranks"][1]["units"], "layers 2-3 + output");
 }
 
 }  // namespace
