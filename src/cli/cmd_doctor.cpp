@@ -10,6 +10,7 @@
 #include "backend/device_choice.h"
 #include "backend/physical_device.h"
 #include "cli/commands.h"
+#include "cluster/cluster.h"
 #include "core/error.h"
 #include "doctor/doctor.h"
 #include "gguf/gguf.h"
@@ -153,6 +154,58 @@ void device_checks(std::vector<Check>& checks, const std::string& api_text, cons
   }
 }
 
+// The MPI job this runs in (--mpi; main started MPI): the transport, and with a model the plan
+// of its units over the ranks, made as `run --mpi` makes it.
+void mpi_checks(std::vector<Check>& checks, const std::string& model_path) {
+  const cluster::Cluster* job = cluster::current();
+  Check m{"mpi.module", "mpi", "transport", Status::Ok, "", {}, ""};
+  if (!job) {
+    m.status = Status::Fail;
+    m.summary = cluster::mpi_module_problem();
+  } else {
+    m.summary = fmt::format("{}: {} rank(s), this is rank {} on {}", job->library(), job->size(),
+                            job->rank(), job->host());
+  }
+  checks.push_back(m);
+  Check r{"mpi.ranks", "mpi", "ranks", Status::Ok, "", {}, ""};
+  if (model_path.empty()) {
+    r.status = Status::Skip;
+    r.summary = "-m MODEL: the model whose layers the ranks would hold";
+  } else if (job) {
+    try {
+      ContextOptions co;
+      co.mpi = true;
+      ModelContext ctx(LoadedModel::load(model_path, /*with_tokenizer=*/false), co);
+      const PlacementPlan& p = ctx.plan();
+      if (p.ranks.empty()) {
+        r.status = Status::Warn;
+        r.summary = "a job of one rank: the whole model runs in it";
+        r.fix = "mpirun -np N polystack doctor -m MODEL --mpi (N ranks, one or more per host)";
+      } else {
+        std::vector<std::string> parts;
+        for (size_t k = 0; k < p.ranks.size(); ++k) {
+          const PlacementRank& pr = p.ranks[k];
+          parts.push_back(fmt::format("rank {} on {}: {}", k, pr.host, p.rank_units_text(int(k))));
+          r.evidence.push_back(
+              fmt::format("rank {} on {}: {} on {}, needs {}, free {}, resident {}, hop {:.1f} us",
+                          k, pr.host, p.rank_units_text(int(k)), pr.devices, human_bytes(pr.need),
+                          pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss),
+                          pr.hop_seconds * 1e6));
+          r.evidence.push_back(fmt::format("rank {}'s plan: {}", k, pr.summary));
+        }
+        r.summary = fmt::format("{} ranks: {}", p.ranks.size(), fmt::join(parts, "; "));
+      }
+    } catch (const std::exception& e) {
+      r.status = Status::Fail;
+      r.summary = e.what();
+    }
+  } else {
+    r.status = Status::Skip;
+    r.summary = "no MPI transport";
+  }
+  checks.push_back(r);
+}
+
 }  // namespace
 
 Action add_doctor(CLI::App& app) {
@@ -160,7 +213,7 @@ Action add_doctor(CLI::App& app) {
   struct Opts {
     std::string model;
     std::vector<std::string> apis;
-    bool json = false, verbose = false;
+    bool json = false, verbose = false, mpi = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-m,--model", o->model,
@@ -169,6 +222,9 @@ Action add_doctor(CLI::App& app) {
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kApis), std::end(kApis))));
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->add_flag("-v,--verbose", o->verbose, "Show the evidence of every check");
+  cmd->add_flag("--mpi", o->mpi,
+                "Also check the MPI job this runs in (mpirun -np N polystack doctor -m MODEL "
+                "--mpi): which rank would hold which of the model's layers");
   return [o] {
     const doctor::Sysroot root = doctor::Sysroot::from_env();
     doctor::Options opts;
@@ -201,7 +257,8 @@ Action add_doctor(CLI::App& app) {
         const std::string api(api_name(r.api));
         if (r.api == Api::Cpu || r.api == Api::Metal || r.api == Api::DirectML || !wanted(api))
           continue;
-        if (r.api == Api::OpenCL && !r.built) continue;  // no plugin: the file checks say what is there
+        if (r.api == Api::OpenCL && !r.built)
+          continue;  // no plugin: the file checks say what is there
         device_checks(checks, api, r, gpus, model ? &*model : nullptr,
                       cpu_device ? cpu_device->info() : reg.probe(Api::Cpu).devices.at(0));
         for (const DeviceInfo& d : r.devices)
@@ -246,6 +303,7 @@ Action add_doctor(CLI::App& app) {
       verdict_device = "";
       verdict_reason = "not probed under a sysroot";
     }
+    if (o->mpi) mpi_checks(checks, o->model);
     // Grouped by API in one order, each API's checks bottom-up as they were added.
     const auto api_order = [](const std::string& a) {
       if (a == "system") return -1;

@@ -6,7 +6,7 @@ Checks, on this machine (the ranks talk over Open MPI's shared memory):
   - `run -v` names each rank's layers, devices, memory and hop;
   - `serve --mpi` answers concurrent requests (pipelined micro-batches) with the one process's
     text (--deterministic on both), and /metrics lists the ranks;
-  - `bench --mpi` measures;
+  - `bench --mpi` measures; `doctor --mpi` names which rank would hold what;
   - a rank killed mid-job ends it within seconds, rank 0 naming the rank;
   - a rank with another model file (mpirun's MPMD form) or another version is refused at start;
   - more ranks than layers and a --rank-split of the wrong length are refused with exit 2;
@@ -15,6 +15,7 @@ Exit 77 (skip) when mpirun or libpolystack-mpi.so is absent.
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
@@ -77,6 +78,18 @@ def main():
             line = [x for x in err.splitlines() if x.startswith("polystack: rank 0 on ")]
             check(line and "layers 3-4" not in line[0], f"{what}: rank 0 holds the smaller share",
                   str(line))
+
+    # doctor names which rank would hold what.
+    rc, out, err, _ = run(mpirun(2) + [b, "doctor", "-m", m, "--mpi", "--json"])
+    try:
+        mpi = {c["id"]: c for c in json.loads(out)["checks"] if c["api"] == "mpi"}
+    except ValueError:
+        mpi = {}
+    ranks = mpi.get("mpi.ranks", {})
+    check(mpi.get("mpi.module", {}).get("status") == "ok" and ranks.get("status") == "ok"
+          and "rank 0 on" in ranks.get("summary", "") and "rank 1 on" in ranks.get("summary", "")
+          and "output" in ranks.get("summary", ""), "doctor --mpi: which rank holds what",
+          (out + err)[-800:])
 
     # bench over 2 ranks.
     rc, out, err, _ = run(mpirun(2) + [b, "bench", "-m", m, "-p", "16", "-n", "8", "-r", "1",
