@@ -246,6 +246,13 @@ Action add_run(CLI::App& app) {
                  "the step)\n",
                  human_bytes(done.transfer_bytes / size_t(n_eval)),
                  done.transfer_seconds * 1e3 / n_eval, 100.0 * done.transfer_seconds / gen_s);
+    if (o->verbose) {
+      const std::vector<ModelContext::RankMemory> mem = ctx.rank_memory();
+      for (size_t r = 0; r < mem.size(); ++r)
+        fmt::print(stderr, "polystack: rank {}: resident {}, peak {} (holds {} of the model)\n", r,
+                   human_bytes(mem[r].resident), human_bytes(mem[r].peak),
+                   human_bytes(ctx.plan().ranks[r].need));
+    }
     return stopped ? 130 : 0;
   };
 }

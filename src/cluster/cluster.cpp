@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -85,6 +86,7 @@ Cluster* start_mpi() {
   c->module_ = m;
   if (m->init(&c->rank_, &c->size_)) throw BackendError(fmt::format("--mpi: {}", m->last_error()));
   c->host_ = m->host();
+  c->local_size_ = std::max(1, m->local_size());
   c->library_ = m->library();
   g_cluster = c;
   // mpirun stops the other ranks when one dies: say so rather than vanish.

@@ -25,6 +25,8 @@ class Cluster {
   int size() const { return size_; }
   const std::string& host() const { return host_; }
   const std::string& library() const { return library_; }
+  // The ranks on this host, this one included: they share its cores.
+  int local_size() const { return local_size_; }
 
   void send(int dst, Tag tag, const void* data, size_t n);
   void send(int dst, Tag tag, const std::vector<uint8_t>& bytes) {
@@ -52,7 +54,7 @@ class Cluster {
   Cluster() = default;
   [[noreturn]] void fail(const char* what);
   const void* module_ = nullptr;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
   std::string host_, library_;
 };
 

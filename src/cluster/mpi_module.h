@@ -26,6 +26,7 @@ struct PolystackMpiModule {
   const char* (*host)(void);     // MPI_Get_processor_name
   const char* (*library)(void);  // MPI_Get_library_version, first line
   const char* (*last_error)(void);
+  int (*local_size)(void);  // the ranks on this host (MPI_COMM_TYPE_SHARED), this one included
 };
 
 // The module's one entry point.

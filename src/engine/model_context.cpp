@@ -131,6 +131,11 @@ OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts)
   Registry& reg = Registry::global();
   DeviceOptions dopts;
   dopts.n_threads = opts.n_threads;
+  // Ranks of an MPI job on one host share its cores: by default each takes its share, as
+  // threads that outnumber the cores spin against each other.
+  if (const cluster::Cluster* job = cluster::current();
+      opts.mpi && job && opts.n_threads == 0 && job->local_size() > 1)
+    dopts.n_threads = std::max(1, physical_core_count() / job->local_size());
   dopts.batch_invariant = opts.deterministic;
   OpenedDevices out;
   out.choice = choose_device(reg, device_choice_options(model, opts));
@@ -957,6 +962,25 @@ std::vector<float> ModelContext::finish_pass(RankPass& p, std::vector<float>* hi
     *hidden = std::move(p.states_out);
   }
   return std::move(p.logits_out);
+}
+
+void ModelContext::finish_passes() {
+  if (last_pass_) finish_pass(*last_pass_, nullptr);
+  last_pass_.reset();
+}
+
+std::vector<ModelContext::RankMemory> ModelContext::rank_memory() const {
+  std::vector<RankMemory> out;
+  if (!cluster_ || cluster_->rank() != 0) return out;
+  out.push_back({resident_bytes(), resident_bytes(true)});
+  const uint8_t ask = uint8_t(PipelineCommand::Memory);
+  for (int r = 1; r < cluster_->size(); ++r) {
+    cluster_->send(r, cluster::kCommand, &ask, 1);
+    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
+    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    out.push_back({j.value("rss", uint64_t(0)), j.value("peak", uint64_t(0))});
+  }
+  return out;
 }
 
 void ModelContext::run_pass(const PassDesc& desc) {

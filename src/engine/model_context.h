@@ -143,8 +143,15 @@ class ModelContext {
   ModelContext(std::shared_ptr<const LoadedModel> model, const ContextOptions& opts,
                OpenedDevices opened, std::vector<int> unit_rank, int rank);
   ~ModelContext();
-  // A worker's share of a pass rank 0 described.
+  // A worker's share of a pass rank 0 described; finish_passes() waits for its last sends.
   void run_pass(const PassDesc& desc);
+  void finish_passes();
+  // Rank 0 of an MPI job: every rank's resident and peak resident memory now, bytes (empty in
+  // one process).
+  struct RankMemory {
+    uint64_t resident = 0, peak = 0;
+  };
+  std::vector<RankMemory> rank_memory() const;
   ModelContext(const ModelContext&) = delete;
   ModelContext& operator=(const ModelContext&) = delete;
 

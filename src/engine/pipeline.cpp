@@ -151,11 +151,12 @@ std::string model_fingerprint(const std::string& path) {
   return fmt::format("{} bytes, {:016x}", size, h);
 }
 
-uint64_t resident_bytes() {
+uint64_t resident_bytes(bool peak) {
   std::ifstream in("/proc/self/status");
+  const std::string key = peak ? "VmHWM:" : "VmRSS:";
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return uint64_t(std::stoull(line.substr(6))) * 1024;
+    if (line.rfind(key, 0) == 0) return uint64_t(std::stoull(line.substr(6))) * 1024;
   return 0;
 }
 
@@ -172,7 +173,7 @@ nlohmann::json json_of(const std::vector<uint8_t>& msg) {
 
 PipelineCommand command_of(const std::vector<uint8_t>& msg) {
   if (msg.empty() || msg[0] < uint8_t(PipelineCommand::Start) ||
-      msg[0] > uint8_t(PipelineCommand::Ping))
+      msg[0] > uint8_t(PipelineCommand::Memory))
     throw std::runtime_error("rank 0 sent a message that is no command");
   return PipelineCommand(msg[0]);
 }
@@ -197,6 +198,7 @@ int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model) {
       // Start: the model loaded and checked, the devices opened, the facts sent back.
       const nlohmann::json start = json_of(msg);
       ContextOptions opts = context_options_from_json(start.at("options"));
+      opts.mpi = true;
       std::shared_ptr<LoadedModel> model;
       OpenedDevices opened;
       nlohmann::json reply = {{"host", c.host()}, {"version", version}};
@@ -249,6 +251,12 @@ int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model) {
         }
         if (cmd == PipelineCommand::Ping) {
           c.send(0, cluster::kReply, msg);
+          continue;
+        }
+        if (cmd == PipelineCommand::Memory) {
+          if (ctx) ctx->finish_passes();
+          c.send(0, cluster::kReply,
+                 json_bytes({{"rss", resident_bytes()}, {"peak", resident_bytes(true)}}));
           continue;
         }
         break;

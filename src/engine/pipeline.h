@@ -37,8 +37,17 @@ struct PassDesc {
   std::vector<PassRun> runs;
 };
 
-// Ping: bytes the worker sends back at once (rank 0 times the hop with it).
-enum class PipelineCommand : uint8_t { Start = 1, Plan = 2, Pass = 3, End = 4, Quit = 5, Ping = 6 };
+// Ping: bytes the worker sends back at once (rank 0 times the hop with it). Memory: the worker's
+// resident and peak resident bytes, as JSON.
+enum class PipelineCommand : uint8_t {
+  Start = 1,
+  Plan = 2,
+  Pass = 3,
+  End = 4,
+  Quit = 5,
+  Ping = 6,
+  Memory = 7
+};
 
 std::vector<uint8_t> encode_pass(const PassDesc& d);
 // std::runtime_error for bytes that are not a pass this version encodes.
@@ -61,7 +70,7 @@ int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model);
 // Rank 0 at the end of its command: the workers told to quit, MPI finalized.
 void stop_pipeline_workers(cluster::Cluster& c);
 
-// The resident memory of this process (VmRSS), bytes; 0 where unknown.
-uint64_t resident_bytes();
+// The resident memory of this process (VmRSS), or its peak (VmHWM), bytes; 0 where unknown.
+uint64_t resident_bytes(bool peak = false);
 
 }  // namespace ps

@@ -16,6 +16,8 @@ Exit 77 (skip) when mpirun or libpolystack-mpi.so is absent.
 import argparse
 import concurrent.futures
 import json
+import re
+import resource
 import os
 import shutil
 import subprocess
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servertest import Server, check, problems  # noqa: E402
+from servertest import Server, check, problems, sanitizer_build  # noqa: E402
 
 SKIP = 77
 PROMPT = "Once upon a time"
@@ -78,6 +80,23 @@ def main():
             line = [x for x in err.splitlines() if x.startswith("polystack: rank 0 on ")]
             check(line and "layers 3-4" not in line[0], f"{what}: rank 0 holds the smaller share",
                   str(line))
+
+    # The default model (Gemma 3 270M, when installed; not in a sanitizer build): the same text on
+    # 2 ranks, and each rank's memory near its share rather than the whole model.
+    rc, one_default, err, _ = run([b, "run"] + gen, timeout=300)
+    single_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    if rc != 0 or sanitizer_build(b):
+        print("skip: the default model part (not installed, or a sanitizer build):", err[-200:])
+    else:
+        rc, out, err, _ = run(mpirun(2) + [b, "run"] + gen + ["--mpi", "-v"], timeout=300)
+        check(rc == 0 and out == one_default, "default model on 2 ranks: the one process's text",
+              f"{out!r} vs {one_default!r} {err[-300:]}")
+        peaks = [float(x) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[u] for x, u in
+                 re.findall(r"polystack: rank \d+: resident [0-9.]+ \w+, peak ([0-9.]+) (\w+)", err)]
+        print(f"peak resident: one process {single_peak / 2**20:.1f} MiB, ranks "
+              f"{', '.join(f'{p / 2**20:.1f} MiB' for p in peaks)}")
+        check(len(peaks) == 2 and max(peaks) < single_peak and min(peaks) < single_peak / 2,
+              "default model on 2 ranks: each rank's memory is its share, not the whole model")
 
     # doctor names which rank would hold what.
     rc, out, err, _ = run(mpirun(2) + [b, "doctor", "-m", m, "--mpi", "--json"])

@@ -15,6 +15,7 @@ namespace {
 std::string g_error;
 char g_host[MPI_MAX_PROCESSOR_NAME + 1] = {};
 char g_library[MPI_MAX_LIBRARY_VERSION_STRING + 1] = {};
+int g_local_size = 1;
 
 int fail(const std::string& what, int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -42,6 +43,12 @@ int init(int* rank, int* size) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
   MPI_Comm_size(MPI_COMM_WORLD, size);
+  MPI_Comm local;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(local, &g_local_size);
+    MPI_Comm_free(&local);
+  }
   int n = 0;
   MPI_Get_processor_name(g_host, &n);
   MPI_Get_library_version(g_library, &n);
@@ -109,10 +116,11 @@ int finalize() {
 const char* host() { return g_host; }
 const char* library() { return g_library; }
 const char* last_error() { return g_error.c_str(); }
+int local_size() { return g_local_size; }
 
 const PolystackMpiModule kModule = {
-    kPolystackMpiAbi, init,     send, isend,   wait,      probe, recv,
-    abort_job,        finalize, host, library, last_error};
+    kPolystackMpiAbi, init,     send, isend,   wait,       probe,     recv,
+    abort_job,        finalize, host, library, last_error, local_size};
 
 }  // namespace
 
