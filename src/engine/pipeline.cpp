@@ -45,7 +45,7 @@ struct Reader {
     if (n < 0 || size_t(n) > (bytes.size() - at) / 4)
       throw std::runtime_error("a pass message holds a list longer than itself");
     std::vector<int32_t> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), bytes.data() + at, size_t(n) * 4);
+    if (n > 0) std::memcpy(v.data(), bytes.data() + at, size_t(n) * 4);
     at += size_t(n) * 4;
     return v;
   }
