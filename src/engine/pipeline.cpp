@@ -40,6 +40,12 @@ struct Reader {
     at += 4;
     return v;
   }
+  bool flag() {
+    const int32_t v = i32();
+    if (v != 0 && v != 1)
+      throw std::runtime_error("a pass message holds a flag that is not 0 or 1");
+    return v == 1;
+  }
   std::vector<int32_t> ids() {
     const int32_t n = i32();
     if (n < 0 || size_t(n) > (bytes.size() - at) / 4)
@@ -73,14 +79,14 @@ PassDesc decode_pass(std::span<const uint8_t> bytes) {
     throw std::runtime_error("not a pass message");
   Reader r{bytes, 1};
   PassDesc d;
-  d.all_logits = r.i32() != 0;
+  d.all_logits = r.flag();
   const int32_t n = r.i32();
   if (n < 0 || n > 4096) throw std::runtime_error(fmt::format("a pass of {} runs", n));
   for (int32_t i = 0; i < n; ++i) {
     PassRun run;
     run.seq = r.i32();
     run.n_past = r.i32();
-    run.hidden = r.i32() != 0;
+    run.hidden = r.flag();
     run.tokens = r.ids();
     const int32_t groups = r.i32();
     if (groups < 0 || groups > 1024)

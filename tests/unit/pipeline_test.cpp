@@ -59,6 +59,10 @@ TEST(Pipeline, BytesThatAreNoPassAreRefused) {
   const int32_t huge = 1 << 30;
   std::memcpy(long_list.data() + 1 + 5 * 4, &huge, 4);
   EXPECT_THROW(decode_pass(long_list), std::runtime_error);
+  // A flag other than 0 or 1 (all_logits, after the command byte).
+  std::vector<uint8_t> odd_flag = bytes;
+  odd_flag[2] = 1;
+  EXPECT_THROW(decode_pass(odd_flag), std::runtime_error);
 }
 
 TEST(Pipeline, OptionsSurviveJson) {
