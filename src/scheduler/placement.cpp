@@ -310,6 +310,15 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
   for (int u = n - 2; u >= 1; --u) order.push_back(u);
   if (req.mode != Mode::Auto) order.push_back(n - 1);
   order.push_back(0);
+  // In an MPI job, -ngl counts this rank's own layers: its units first, in the same order (the
+  // other ranks' cost nothing here).
+  int L_here = L;
+  if (!req.unit_rank.empty()) {
+    std::stable_partition(order.begin(), order.end(),
+                          [&](int u) { return req.unit_rank[size_t(u)] == req.rank; });
+    L_here = 0;
+    for (int u = 1; u <= L; ++u) L_here += req.unit_rank[size_t(u)] == req.rank;
+  }
   const auto budget = [&](int d) -> uint64_t {
     const PlacementDevice& dev = devices[size_t(d)];
     return dev.free - plan.headroom[size_t(d)];
@@ -384,7 +393,7 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
       if (req.mode == Mode::All)
         k = n;
       else if (req.mode == Mode::Count)
-        k = req.count <= L ? std::max(req.count, 0) : n;
+        k = req.count <= L_here ? std::max(req.count, 0) : n;
       else  // the most units that fit when shared in proportion
         for (k = n; k > 0; --k) {
           const std::vector<int> ud = plan_for(k);

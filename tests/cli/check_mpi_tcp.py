@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servertest import sanitizer_build  # noqa: E402
+from servertest import mpi_problem  # noqa: E402
 
 SKIP = 77
 
@@ -40,18 +40,9 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
-    if a.bin and sanitizer_build(a.bin):
-        # Open MPI is built without frame pointers: LeakSanitizer's fast unwinder stops in it,
-        # and its allocations could not be matched to its libraries (tests/lsan.supp).
-        os.environ["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
-    if not shutil.which("mpirun"):
-        print("SKIP: mpirun is not installed (Debian: openmpi-bin)")
-        return SKIP
-    if not (Path(a.bin).parent / "libpolystack-mpi.so").exists():
-        print("SKIP: this build has no libpolystack-mpi.so")
-        return SKIP
-    if not os.path.exists(a.model):
-        print(f"SKIP: {a.model} is absent")
+    why = mpi_problem(a.bin, a.model)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
     if os.geteuid() != 0:
         print("SKIP: network namespaces and a veth pair need root")

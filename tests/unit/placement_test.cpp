@@ -409,6 +409,20 @@ TEST(PlacementRanks, RequestsThatCannotBeMetAreErrors) {
   }
 }
 
+TEST(PlacementRanks, NglCountsTheRanksOwnLayers) {
+  // Rank 0 of two holds input + layers 0-2 of 6; -ngl 2 puts its layers 1-2 on its GPU.
+  std::vector<UnitCost> units = model(6);
+  LayerRequest req = count(2);
+  req.unit_rank = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (size_t u = 4; u < units.size(); ++u) units[u] = UnitCost{};
+  const PlacementPlan p = plan_placement(units, MiB, {gpu("vulkan:0", GiB(1)), cpu()}, req);
+  EXPECT_EQ(p.units_text(0), "layers 1-2");
+  EXPECT_EQ(p.units_text(1), "input + layer 0");
+  req.count = 5;  // more than its 3 layers: everything it holds
+  EXPECT_EQ(plan_placement(units, MiB, {gpu("vulkan:0", GiB(1)), cpu()}, req).units_text(0),
+            "input + layers 0-2");
+}
+
 TEST(PlacementRanks, TheRankPlanSaysWhatEachRankHolds) {
   PlacementPlan p = plan_placement(model(4), MiB, {cpu()}, LayerRequest{});
   p.unit_rank = {0, 0, 0, 1, 1, 1};
