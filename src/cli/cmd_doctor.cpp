@@ -186,11 +186,7 @@ void mpi_checks(std::vector<Check>& checks, const std::string& model_path) {
         for (size_t k = 0; k < p.ranks.size(); ++k) {
           const PlacementRank& pr = p.ranks[k];
           parts.push_back(fmt::format("rank {} on {}: {}", k, pr.host, p.rank_units_text(int(k))));
-          r.evidence.push_back(
-              fmt::format("rank {} on {}: {} on {}, needs {}, free {}, resident {}, hop {:.1f} us",
-                          k, pr.host, p.rank_units_text(int(k)), pr.devices, human_bytes(pr.need),
-                          pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss),
-                          pr.hop_seconds * 1e6));
+          r.evidence.push_back(p.rank_text(int(k)));
           r.evidence.push_back(fmt::format("rank {}'s plan: {}", k, pr.summary));
         }
         r.summary = fmt::format("{} ranks: {}", p.ranks.size(), fmt::join(parts, "; "));

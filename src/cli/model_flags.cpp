@@ -225,13 +225,8 @@ void print_plan_detail(const ModelContext& s) {
   if (const std::string e = p.experts_text(); !e.empty())
     fmt::print(stderr, "polystack:   routed experts of {} on {}: {}\n", e, p.devices.back().id,
                p.experts_note);
-  for (size_t r = 0; r < p.ranks.size(); ++r) {
-    const PlacementRank& pr = p.ranks[r];
-    fmt::print(stderr, "polystack: rank {} on {}: {} on {}, needs {}, free {}, resident {}{}\n", r,
-               pr.host, p.rank_units_text(int(r)), pr.devices, human_bytes(pr.need),
-               pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss),
-               r ? fmt::format(", hop from rank 0 {:.1f} us", pr.hop_seconds * 1e6) : "");
-  }
+  for (size_t r = 0; r < p.ranks.size(); ++r)
+    fmt::print(stderr, "polystack: {}\n", p.rank_text(int(r)));
 }
 
 }  // namespace ps::cli

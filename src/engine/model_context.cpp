@@ -69,6 +69,17 @@ ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptio
   return c;
 }
 
+PlacementRank placement_rank(const OpenedDevices& opened) {
+  PlacementRank r;
+  std::vector<std::string> ids;
+  for (const auto& d : opened.devices) {
+    r.free += placement_device(d->info()).free;
+    ids.push_back(d->info().id);
+  }
+  r.devices = fmt::format("{}", fmt::join(ids, " + "));
+  return r;
+}
+
 PlacementDevice placement_device(const DeviceInfo& d) {
   PlacementDevice pd;
   pd.id = d.id;
@@ -249,22 +260,20 @@ ModelContext::ModelContext(std::shared_ptr<const LoadedModel> model, const Conte
     return;
   }
   // The workers load the model and open their devices while this rank opens its own.
-  nlohmann::json start = {{"model", model_->file->path()},
-                          {"fingerprint", model_fingerprint(model_->file->path())},
-                          {"version", kVersion},
-                          {"options", context_options_json(opts)}};
-  const std::string text = start.dump();
-  std::vector<uint8_t> msg(1, uint8_t(PipelineCommand::Start));
-  msg.insert(msg.end(), text.begin(), text.end());
-  for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, msg);
+  const std::string fingerprint = model_fingerprint(model_->file->path());
+  const nlohmann::json start = {{"model", model_->file->path()},
+                                {"fingerprint", fingerprint},
+                                {"version", kVersion},
+                                {"options", context_options_json(opts)}};
+  tell_workers(*cluster_, command_message(PipelineCommand::Start, &start));
   try {
     OpenedDevices opened = open_devices(*model_, opts);
-    std::vector<int> unit_rank = plan_job(shape, opts, opened);
+    std::vector<PlacementRank> ranks;
+    std::vector<int> unit_rank = plan_job(shape, opts, opened, fingerprint, ranks);
     init(shape, opts, std::move(opened), std::move(unit_rank), 0);
-    gather_ready();
+    gather_ready(std::move(ranks));
   } catch (...) {
-    const uint8_t end = uint8_t(PipelineCommand::End);
-    for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, &end, 1);
+    tell_workers(*cluster_, command_message(PipelineCommand::End));
     throw;
   }
 }
@@ -297,22 +306,16 @@ void ModelContext::init(const ContextShape& shape, const ContextOptions& opts, O
 }
 
 std::vector<int> ModelContext::plan_job(const ContextShape& shape, const ContextOptions& opts,
-                                        const OpenedDevices& opened) {
+                                        const OpenedDevices& opened, const std::string& fingerprint,
+                                        std::vector<PlacementRank>& ranks) {
   const int R = cluster_->size();
-  std::vector<PlacementRank> ranks(static_cast<size_t>(R));
+  ranks.assign(static_cast<size_t>(R), PlacementRank{});
+  ranks[0] = placement_rank(opened);
   ranks[0].host = cluster_->host();
-  std::vector<std::string> ids;
-  for (const auto& d : opened.devices) {
-    ranks[0].free += placement_device(d->info()).free;
-    ids.push_back(d->info().id);
-  }
-  ranks[0].devices = fmt::format("{}", fmt::join(ids, " + "));
-  const std::string fingerprint = model_fingerprint(model_->file->path());
   std::vector<std::string> problems;
   for (int r = 1; r < R; ++r) {
     cluster_->set_waiting_for(fmt::format("rank {} (loading the model)", r));
-    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
-    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    const nlohmann::json j = recv_reply(*cluster_, r);
     PlacementRank& pr = ranks[size_t(r)];
     pr.host = j.value("host", std::string("?"));
     if (j.contains("error")) {
@@ -339,28 +342,21 @@ std::vector<int> ModelContext::plan_job(const ContextShape& shape, const Context
   const std::vector<UnitCost> units =
       model_unit_costs(*model_, shape, *opened.devices.back(), compute);
   std::vector<int> unit_rank = plan_ranks(units, ranks, opts.rank_split);
-  for (size_t u = 0; u < units.size(); ++u)
-    ranks[size_t(unit_rank[u])].need += units[u].weights + units[u].kv;
-  job_ranks_ = ranks;
+  const std::vector<uint64_t> need = rank_needs(units, unit_rank, R);
+  for (int r = 0; r < R; ++r) ranks[size_t(r)].need = need[size_t(r)];
   const nlohmann::json plan = unit_rank;
-  const std::string text = plan.dump();
-  std::vector<uint8_t> msg(1, uint8_t(PipelineCommand::Plan));
-  msg.insert(msg.end(), text.begin(), text.end());
-  for (int r = 1; r < R; ++r) cluster_->send(r, cluster::kCommand, msg);
+  tell_workers(*cluster_, command_message(PipelineCommand::Plan, &plan));
   return unit_rank;
 }
 
-void ModelContext::gather_ready() {
-  // init() made plan_ anew: the ranks gathered in plan_job are in the plan it replaced.
-  std::vector<PlacementRank> ranks = job_ranks_;
+void ModelContext::gather_ready(std::vector<PlacementRank> ranks) {
   ranks[0].summary = plan_.summary;
   ranks[0].rss = resident_bytes();
   std::vector<std::string> problems;
   for (int r = 1; r < cluster_->size(); ++r) {
     cluster_->set_waiting_for(
         fmt::format("rank {} ({}: loading layers)", r, ranks[size_t(r)].host));
-    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
-    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    const nlohmann::json j = recv_reply(*cluster_, r);
     if (j.contains("error"))
       problems.push_back(
           fmt::format("rank {} ({}): {}", r, ranks[size_t(r)].host, j["error"].get<std::string>()));
@@ -370,8 +366,8 @@ void ModelContext::gather_ready() {
   cluster_->set_waiting_for("");
   if (!problems.empty()) throw BackendError(fmt::format("{}", fmt::join(problems, "; ")));
   // The hop to each rank: round trips of one token's activation.
-  std::vector<uint8_t> ping(1 + size_t(model_->model->params().n_embd) * sizeof(float), 0);
-  ping[0] = uint8_t(PipelineCommand::Ping);
+  std::vector<uint8_t> ping = command_message(PipelineCommand::Ping);
+  ping.resize(1 + size_t(model_->model->params().n_embd) * sizeof(float));
   for (int r = 1; r < cluster_->size(); ++r) {
     cluster_->set_waiting_for(fmt::format("rank {} ({})", r, ranks[size_t(r)].host));
     std::vector<double> rtt;
@@ -438,27 +434,15 @@ void ModelContext::upload_weights() {
   const SeqTokens run{0, std::span<const int32_t>(&first, 1)};
   PassData data;
   Graph g;
-  Tensor* logits = build_pass(g, describe(std::span<const SeqTokens>(&run, 1), false), data);
+  build_pass(g, describe(std::span<const SeqTokens>(&run, 1), false), data);
   // In an MPI job, this rank's nodes alone, over stand-ins for what other ranks compute.
   std::vector<std::vector<uint8_t>> stand_ins;
-  if (!plan_.unit_rank.empty()) {
-    std::vector<bool> keep(g.all().size(), false);
-    std::vector<Tensor*> from_others;
-    for (Tensor* n : g.nodes()) {
-      keep[size_t(n->index)] = rank_of(*n) == plan_.rank;
-      if (!keep[size_t(n->index)]) continue;
-      for (Tensor* src : n->src)
-        if (src && src->op != OpKind::None && rank_of(*src) != plan_.rank)
-          from_others.push_back(src);
-    }
-    (void)logits;
-    g.keep_nodes(keep);
-    for (Tensor* t : from_others)
-      if (t->op != OpKind::None) {
-        stand_ins.emplace_back(t->n_bytes());
-        g.make_leaf(t, stand_ins.back().data());
+  if (!plan_.unit_rank.empty())
+    for (const Crossing& x : cut_for_rank(g))
+      if (x.to == plan_.rank && x.t->op != OpKind::None) {
+        stand_ins.emplace_back(x.t->n_bytes());
+        g.make_leaf(x.t, stand_ins.back().data());
       }
-  }
   scheduler_->upload_constants(g);
   plan_.fallbacks = scheduler_->report().fallbacks;
   pool_->release(0);
@@ -502,11 +486,8 @@ std::vector<const Device*> ModelContext::devices() const {
 ModelContext::~ModelContext() {
   if (!cluster_) return;
   try {
-    if (last_pass_) finish_pass(*last_pass_, nullptr);
-    if (cluster_->rank() == 0) {
-      const uint8_t end = uint8_t(PipelineCommand::End);
-      for (int r = 1; r < cluster_->size(); ++r) cluster_->send(r, cluster::kCommand, &end, 1);
-    }
+    finish_passes();
+    if (cluster_->rank() == 0) tell_workers(*cluster_, command_message(PipelineCommand::End));
   } catch (const std::exception& e) {
     fmt::print(stderr, "polystack: error: {}\n", e.what());
   }
@@ -860,6 +841,27 @@ int ModelContext::rank_of(const Tensor& n) const {
   return plan_.unit_rank[size_t(std::clamp(n.layer + 1, 0, units - 1))];
 }
 
+std::vector<ModelContext::Crossing> ModelContext::cut_for_rank(Graph& g) const {
+  std::vector<Crossing> crossings;
+  std::vector<bool> keep(g.all().size(), false);
+  for (Tensor* n : g.nodes()) {
+    const int rn = rank_of(*n);
+    keep[size_t(n->index)] = rn == plan_.rank;
+    for (Tensor* src : n->src)
+      if (src && src->op != OpKind::None && rank_of(*src) != rn)
+        crossings.push_back({src, rank_of(*src), rn});
+  }
+  std::sort(crossings.begin(), crossings.end(), [](const Crossing& a, const Crossing& b) {
+    return a.t->index != b.t->index ? a.t->index < b.t->index : a.to < b.to;
+  });
+  crossings.erase(
+      std::unique(crossings.begin(), crossings.end(),
+                  [](const Crossing& a, const Crossing& b) { return a.t == b.t && a.to == b.to; }),
+      crossings.end());
+  g.keep_nodes(keep);
+  return crossings;
+}
+
 // One rank's share of a pass: the graph (its leaves point into d and the received bytes), what it
 // sends while it runs on, and on rank 0 the outputs.
 struct ModelContext::RankPass {
@@ -876,37 +878,14 @@ std::unique_ptr<ModelContext::RankPass> ModelContext::start_pass(const PassDesc&
   cluster::Cluster& c = *cluster_;
   const int me = c.rank();
   if (me == 0) {
-    const std::vector<uint8_t> msg = encode_pass(desc);
-    for (int r = 1; r < c.size(); ++r) c.send(r, cluster::kCommand, msg);
+    tell_workers(c, encode_pass(desc));
     for (const PassRun& r : desc.runs) n_past_[size_t(r.seq)] += int(r.tokens.size());
   }
   auto p = std::make_unique<RankPass>();
   Graph& g = p->g;
   p->logits = build_pass(g, desc, p->d, &p->states);
   if (p->states && p->states == p->logits) p->logits = nullptr;
-  // The tensors that cross from one rank to another: (tensor, from, to), in the same order on
-  // every rank (the graphs are the same), so that each pair's messages match.
-  struct Crossing {
-    Tensor* t;
-    int from, to;
-  };
-  std::vector<Crossing> crossings;
-  std::vector<bool> keep(g.all().size(), false);
-  for (Tensor* n : g.nodes()) {
-    const int rn = rank_of(*n);
-    keep[size_t(n->index)] = rn == me;
-    for (Tensor* src : n->src)
-      if (src && src->op != OpKind::None && rank_of(*src) != rn)
-        crossings.push_back({src, rank_of(*src), rn});
-  }
-  std::sort(crossings.begin(), crossings.end(), [](const Crossing& a, const Crossing& b) {
-    return a.t->index != b.t->index ? a.t->index < b.t->index : a.to < b.to;
-  });
-  crossings.erase(
-      std::unique(crossings.begin(), crossings.end(),
-                  [](const Crossing& a, const Crossing& b) { return a.t == b.t && a.to == b.to; }),
-      crossings.end());
-  g.keep_nodes(keep);
+  const std::vector<Crossing> crossings = cut_for_rank(g);
   std::vector<Tensor*> outputs;
   for (const Crossing& x : crossings) {
     if (x.to == me && x.t->op != OpKind::None) {
@@ -973,11 +952,10 @@ std::vector<ModelContext::RankMemory> ModelContext::rank_memory() const {
   std::vector<RankMemory> out;
   if (!cluster_ || cluster_->rank() != 0) return out;
   out.push_back({resident_bytes(), resident_bytes(true)});
-  const uint8_t ask = uint8_t(PipelineCommand::Memory);
+  const std::vector<uint8_t> ask = command_message(PipelineCommand::Memory);
   for (int r = 1; r < cluster_->size(); ++r) {
-    cluster_->send(r, cluster::kCommand, &ask, 1);
-    const std::vector<uint8_t> bytes = cluster_->recv(r, cluster::kReply);
-    const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    cluster_->send(r, cluster::kCommand, ask);
+    const nlohmann::json j = recv_reply(*cluster_, r);
     out.push_back({j.value("rss", uint64_t(0)), j.value("peak", uint64_t(0))});
   }
   return out;
@@ -986,7 +964,7 @@ std::vector<ModelContext::RankMemory> ModelContext::rank_memory() const {
 void ModelContext::run_pass(const PassDesc& desc) {
   std::unique_ptr<RankPass> p = start_pass(desc);
   // The last pass's sends have had this pass's time to go.
-  if (last_pass_) finish_pass(*last_pass_, nullptr);
+  finish_passes();
   last_pass_ = std::move(p);
 }
 

@@ -106,6 +106,10 @@ struct OpenedDevices {
 };
 OpenedDevices open_devices(const LoadedModel& model, const ContextOptions& opts);
 
+// This process's devices as a rank of an MPI job (engine/pipeline.h) reports them: their free
+// memory summed and their ids ("cuda:0 + cpu").
+PlacementRank placement_rank(const OpenedDevices& opened);
+
 // The options for choosing a model's device: the session's flags and the model's weight types
 // (each gets self-check cases; the one holding most bytes is timed).
 ChoiceOptions device_choice_options(const LoadedModel& model, const ContextOptions& opts);
@@ -226,12 +230,14 @@ class ModelContext {
   // The steps both constructors share, once the devices are open.
   void init(const ContextShape& shape, const ContextOptions& opts, OpenedDevices opened,
             std::vector<int> unit_rank, int rank);
-  // Rank 0: the workers told of the context (Start), their facts gathered and checked, the
-  // units planned over the ranks and sent (Plan); returns unit_rank.
+  // Rank 0, once the workers were told of the context (Start): their facts gathered and
+  // checked against `fingerprint`, the units planned over the ranks and sent (Plan); returns
+  // unit_rank, and each rank's facts in *ranks.
   std::vector<int> plan_job(const ContextShape& shape, const ContextOptions& opts,
-                            const OpenedDevices& opened);
-  // Rank 0: each worker's answer once its layers are loaded.
-  void gather_ready();
+                            const OpenedDevices& opened, const std::string& fingerprint,
+                            std::vector<PlacementRank>& ranks);
+  // Rank 0: each worker's answer once its layers are loaded, and the hop to it, into the plan.
+  void gather_ready(std::vector<PlacementRank> ranks);
   // What a pass's graph reads beside the weights and caches: the tokens, their positions, the
   // rows whose logits come out, and per group of layers the paged attention's data and where
   // the new keys and values go.
@@ -255,6 +261,14 @@ class ModelContext {
   std::vector<float> finish_pass(RankPass& p, std::vector<float>* hidden);
   // The rank that runs node n (the rank of its unit).
   int rank_of(const Tensor& n) const;
+  // A tensor one rank computes and another reads.
+  struct Crossing {
+    Tensor* t;
+    int from, to;
+  };
+  // Leaves g with this rank's nodes and returns the tensors that cross between ranks, in the
+  // same order on every rank (the graphs are the same), so that each pair's messages match.
+  std::vector<Crossing> cut_for_rank(Graph& g) const;
   // Builds, runs and reads it; the sequences' positions advance. The logits of the runs that
   // are not hidden; the hidden runs' states, in run order, into *hidden.
   std::vector<float> forward(std::span<const SeqTokens> runs, bool all_logits,
@@ -285,7 +299,6 @@ class ModelContext {
   // whose sends may still be under way.
   cluster::Cluster* cluster_ = nullptr;
   std::unique_ptr<RankPass> last_pass_;
-  std::vector<PlacementRank> job_ranks_;  // rank 0: the ranks' facts, from plan_job
 };
 
 }  // namespace ps

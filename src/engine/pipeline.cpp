@@ -59,6 +59,24 @@ struct Reader {
 
 }  // namespace
 
+std::vector<uint8_t> command_message(PipelineCommand cmd, const nlohmann::json* body) {
+  std::vector<uint8_t> out(1, uint8_t(cmd));
+  if (body) {
+    const std::string text = body->dump();
+    out.insert(out.end(), text.begin(), text.end());
+  }
+  return out;
+}
+
+void tell_workers(cluster::Cluster& c, const std::vector<uint8_t>& message) {
+  for (int r = 1; r < c.size(); ++r) c.send(r, cluster::kCommand, message);
+}
+
+nlohmann::json recv_reply(cluster::Cluster& c, int rank) {
+  const std::vector<uint8_t> bytes = c.recv(rank, cluster::kReply);
+  return nlohmann::json::parse(bytes.begin(), bytes.end());
+}
+
 std::vector<uint8_t> encode_pass(const PassDesc& d) {
   std::vector<uint8_t> out(1, uint8_t(PipelineCommand::Pass));
   put_i32(out, d.all_logits ? 1 : 0);
@@ -215,14 +233,9 @@ int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model) {
         if (reply["fingerprint"] == start.at("fingerprint") && start.at("version") == version) {
           model = LoadedModel::load(path, false);
           opened = open_devices(*model, opts);
-          uint64_t free = 0;
-          std::vector<std::string> ids;
-          for (const auto& d : opened.devices) {
-            free += placement_device(d->info()).free;
-            ids.push_back(d->info().id);
-          }
-          reply["free"] = free;
-          reply["devices"] = fmt::format("{}", fmt::join(ids, " + "));
+          const PlacementRank facts = placement_rank(opened);
+          reply["free"] = facts.free;
+          reply["devices"] = facts.devices;
         }
       } catch (const std::exception& e) {
         reply["error"] = e.what();
@@ -279,10 +292,7 @@ int run_pipeline_worker(cluster::Cluster& c, const std::string& own_model) {
 }
 
 void stop_pipeline_workers(cluster::Cluster& c) {
-  if (c.rank() == 0) {
-    const uint8_t quit = uint8_t(PipelineCommand::Quit);
-    for (int r = 1; r < c.size(); ++r) c.send(r, cluster::kCommand, &quit, 1);
-  }
+  if (c.rank() == 0) tell_workers(c, command_message(PipelineCommand::Quit));
   c.finalize();
 }
 

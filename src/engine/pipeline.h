@@ -49,6 +49,12 @@ enum class PipelineCommand : uint8_t {
   Memory = 7
 };
 
+// A command with its JSON body (Start, Plan), or without one; sent to every worker, or a
+// worker's JSON reply read.
+std::vector<uint8_t> command_message(PipelineCommand cmd, const nlohmann::json* body = nullptr);
+void tell_workers(cluster::Cluster& c, const std::vector<uint8_t>& message);
+nlohmann::json recv_reply(cluster::Cluster& c, int rank);
+
 std::vector<uint8_t> encode_pass(const PassDesc& d);
 // std::runtime_error for bytes that are not a pass this version encodes.
 PassDesc decode_pass(std::span<const uint8_t> bytes);

@@ -132,6 +132,16 @@ std::vector<std::string> owned_units(const std::vector<int>& owner, int who) {
 
 }  // namespace
 
+std::vector<uint64_t> rank_needs(const std::vector<UnitCost>& units,
+                                 const std::vector<int>& unit_rank, int n_ranks) {
+  std::vector<uint64_t> need(static_cast<size_t>(n_ranks), 0);
+  for (size_t u = 0; u < units.size(); ++u)
+    need[size_t(unit_rank[u])] += units[u].weights + units[u].kv;
+  if (unit_rank.front() == unit_rank.back())
+    need[size_t(unit_rank[0])] -= units[0].shared_with_output;
+  return need;
+}
+
 std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
                             const std::vector<PlacementRank>& ranks,
                             const std::vector<double>& split) {
@@ -180,10 +190,7 @@ std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
     if (u >= 1 && u <= L) has_layer = true;
   }
   // What each rank holds, against what it has.
-  std::vector<uint64_t> need(static_cast<size_t>(R), 0);
-  for (int u = 0; u < n; ++u)
-    need[size_t(out[size_t(u)])] += units[size_t(u)].weights + units[size_t(u)].kv;
-  if (out[0] == out[size_t(n - 1)]) need[size_t(out[0])] -= units[0].shared_with_output;
+  const std::vector<uint64_t> need = rank_needs(units, out, R);
   for (int k = 0; k < R; ++k)
     if (ranks[size_t(k)].free > 0 && need[size_t(k)] > ranks[size_t(k)].free)
       throw UsageError(fmt::format("rank {} ({}) would hold {} of the model but has {} free{}", k,
@@ -197,6 +204,14 @@ std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
 std::string PlacementPlan::rank_units_text(int r) const {
   const std::vector<std::string> parts = owned_units(unit_rank, r);
   return parts.empty() ? "nothing" : fmt::format("{}", fmt::join(parts, " + "));
+}
+
+std::string PlacementPlan::rank_text(int r) const {
+  const PlacementRank& pr = ranks.at(size_t(r));
+  return fmt::format("rank {} on {}: {} on {}, needs {}, free {}, resident {}{}", r, pr.host,
+                     rank_units_text(r), pr.devices, human_bytes(pr.need),
+                     pr.free ? human_bytes(pr.free) : "unknown", human_bytes(pr.rss),
+                     r ? fmt::format(", hop from rank 0 {:.1f} us", pr.hop_seconds * 1e6) : "");
 }
 
 std::string PlacementPlan::units_text(int device) const {

@@ -99,6 +99,9 @@ struct PlacementPlan {
   std::string units_text(int device) const;
   // The units of rank r in words ("input + layers 0-3").
   std::string rank_units_text(int r) const;
+  // Rank r of `ranks` in one line: "rank 1 on node2: layers 4-7 + output on cpu, needs 1.2 GiB,
+  // free 30.0 GiB, resident 1.3 GiB, hop from rank 0 12.0 us".
+  std::string rank_text(int r) const;
   // True when unit u runs in this process.
   bool local(int u) const { return unit_rank.empty() || unit_rank[size_t(u)] == rank; }
   // Per unit, the device of its routed experts (an index into devices).
@@ -127,6 +130,11 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
 std::vector<int> plan_ranks(const std::vector<UnitCost>& units,
                             const std::vector<PlacementRank>& ranks,
                             const std::vector<double>& split);
+
+// The bytes of the units each of n_ranks ranks holds (weights and KV; a tied embedding once when
+// the input and output share a rank).
+std::vector<uint64_t> rank_needs(const std::vector<UnitCost>& units,
+                                 const std::vector<int>& unit_rank, int n_ranks);
 
 // POLYSTACK_DEVICE_MEMORY: "vulkan:0=48MiB,cpu=2GiB" (KiB, MiB or GiB; B or none for bytes).
 // The cap for `id`, or 0 when the list names none. UsageError for a malformed list.
