@@ -923,19 +923,19 @@ std::unique_ptr<ModelContext::RankPass> ModelContext::start_pass(const PassDesc&
 
 std::vector<float> ModelContext::finish_pass(RankPass& p, std::vector<float>* hidden) {
   cluster::Cluster& c = *cluster_;
-  if (c.rank() == 0) {
-    for (Tensor* t : {p.logits, p.states}) {
-      if (!t || rank_of(*t) == 0) continue;
-      std::vector<float>& out = t == p.logits ? p.logits_out : p.states_out;
-      out.resize(size_t(t->n_elements()));
-      const int from = rank_of(*t);
-      c.set_waiting_for(fmt::format("rank {} ({})", from, plan_.rank_units_text(from)));
-      c.recv(from, cluster::kOutput, out.data(), out.size() * sizeof(float));
-    }
-    c.set_waiting_for("");
-  }
   for (cluster::Cluster::Pending& s : p.sending) c.wait(s);
   p.sending.clear();
+  // The outputs are rank 0's: a worker's only went there.
+  if (c.rank() != 0) return {};
+  for (Tensor* t : {p.logits, p.states}) {
+    if (!t || rank_of(*t) == 0) continue;
+    std::vector<float>& out = t == p.logits ? p.logits_out : p.states_out;
+    out.resize(size_t(t->n_elements()));
+    const int from = rank_of(*t);
+    c.set_waiting_for(fmt::format("rank {} ({})", from, plan_.rank_units_text(from)));
+    c.recv(from, cluster::kOutput, out.data(), out.size() * sizeof(float));
+  }
+  c.set_waiting_for("");
   if (p.states) {
     if (!hidden) throw std::logic_error("a pass with hidden runs needs somewhere to put them");
     *hidden = std::move(p.states_out);

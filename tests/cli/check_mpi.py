@@ -5,7 +5,7 @@ Checks, on this machine (the ranks talk over Open MPI's shared memory):
   - greedy text of `run` with 2 and 3 ranks (and an uneven --rank-split) is the one process's;
   - `run -v` names each rank's layers, devices, memory and hop;
   - `serve --mpi` answers concurrent requests (pipelined micro-batches) with the one process's
-    text (--deterministic on both), and /metrics lists the ranks;
+    text (--deterministic on both), and embeddings as it does; /metrics lists the ranks;
   - `bench --mpi` measures; `doctor --mpi` names which rank would hold what;
   - a rank killed mid-job ends it within seconds, rank 0 naming the rank;
   - a rank with another model file (mpirun's MPMD form) or another version is refused at start;
@@ -136,15 +136,29 @@ def main():
                               bodies))
         return [(s, r["choices"][0]["text"] if s == 200 else r) for s, r in got]
 
+    # An embedding request (hidden states, not logits, come back from the last rank), then the
+    # completions again: the workers go on after it.
+    embed = {"input": ["Once upon a time", "The little dog"]}
+
+    def embeddings(server):
+        status, r = server.request("POST", "/v1/embeddings", embed)
+        return [d["embedding"] for d in r["data"]] if status == 200 else r
+
     sargs = ["--parallel", "3", "--deterministic", "--metrics"]
     single = Server(b, m, sargs, on_fail=lambda msg: check(False, msg))
     want = answers(single)
+    want_embed = embeddings(single)
     single.stop()
     check(all(s == 200 for s, _ in want), "one server answers", str(want))
     server = Server(b, m, sargs + ["--mpi"], on_fail=lambda msg: check(False, msg),
                     launcher=mpirun(3))
     got = answers(server)
     check(got == want, "serve --mpi (3 ranks): the one server's answers", f"{got} vs {want}")
+    got_embed = embeddings(server)
+    check(isinstance(got_embed, list) and len(got_embed) == 2 and all(
+        max(abs(x - y) for x, y in zip(g, w)) < 1e-5 for g, w in zip(got_embed, want_embed)),
+        "serve --mpi: embeddings as the one server's", f"{str(got_embed)[:300]}")
+    check(answers(server) == want, "serve --mpi: completions after an embedding request")
     status, metrics = server.request("GET", "/metrics")
     check(status == 200 and 'polystack_rank_info{rank="2"' in str(metrics)
           and "polystack_rank_resident_bytes" in str(metrics), "/metrics lists the ranks",
