@@ -15,29 +15,75 @@ CudaTargets release_targets() {
 TEST(CudaTargets, ParsesCMakeArchitectureSyntax) {
   const auto t = parse_cuda_architectures("90;75-real; 120-virtual ;80-real");
   ASSERT_TRUE(t);
-  EXPECT_EQ(t->sass, (std::vector<int>{75, 80, 90}));
-  EXPECT_EQ(t->ptx, (std::vector<int>{90, 120}));
+  EXPECT_EQ(t->sass, (std::vector<CudaArch>{{75}, {80}, {90}}));
+  EXPECT_EQ(t->ptx, (std::vector<CudaArch>{{90}, {120}}));
   EXPECT_FALSE(parse_cuda_architectures("90;sm_80"));
   EXPECT_FALSE(parse_cuda_architectures("90-realish"));
   EXPECT_FALSE(parse_cuda_architectures("5"));
+  EXPECT_FALSE(parse_cuda_architectures("90b-real"));
+  EXPECT_FALSE(parse_cuda_architectures("a-real"));
+  EXPECT_FALSE(parse_cuda_architectures("native"));
   EXPECT_TRUE(parse_cuda_architectures("")->sass.empty());
+  // nvcc's arch-specific ('a') and family-specific ('f') targets.
+  const auto h = parse_cuda_architectures("90a-real,100f;90-real");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sass, (std::vector<CudaArch>{{90}, {90, 'a'}, {100, 'f'}}));
+  EXPECT_EQ(h->ptx, (std::vector<CudaArch>{{100, 'f'}}));
+}
+
+TEST(CudaTargets, ArchSpecificCodeRunsOnItsOwnComputeCapabilityOnly) {
+  // A build for an H200 alone: sm_90a machine code.
+  const CudaTargets h = *parse_cuda_architectures("90a-real");
+  CudaCoverage c = cuda_coverage(90, h);
+  EXPECT_EQ(c.kind, CudaCoverage::Kind::MachineCode);
+  EXPECT_EQ(c.arch, (CudaArch{90, 'a'}));
+  EXPECT_EQ(c.text, "machine code for sm_90a");
+  // sm_90a code does not run on a later 9.x (plain sm_90 code would), nor on 10.0.
+  EXPECT_EQ(cuda_coverage(91, h).kind, CudaCoverage::Kind::None);
+  c = cuda_coverage(100, h);
+  EXPECT_EQ(c.kind, CudaCoverage::Kind::None);
+  EXPECT_EQ(c.text,
+            "this card is sm_100 but this build has machine code for sm_90a; rebuild with "
+            "-DPOLYSTACK_CUDA_ARCHITECTURES=100");
+  // Beside plain sm_90 code, a 9.0 card takes the arch-specific code and a 9.1 the plain.
+  const CudaTargets both = *parse_cuda_architectures("90-real;90a-real");
+  EXPECT_EQ(cuda_coverage(90, both).arch, (CudaArch{90, 'a'}));
+  EXPECT_EQ(cuda_coverage(91, both).arch, (CudaArch{90}));
+  // Arch-specific PTX is compiled for its own compute capability only.
+  const CudaTargets ptx = *parse_cuda_architectures("90a-virtual");
+  EXPECT_EQ(cuda_coverage(90, ptx).kind, CudaCoverage::Kind::Ptx);
+  EXPECT_NE(cuda_coverage(90, ptx).text.find("PTX for compute_90a"), std::string::npos);
+  EXPECT_EQ(cuda_coverage(100, ptx).kind, CudaCoverage::Kind::None);
+}
+
+TEST(CudaTargets, FamilySpecificCodeStaysWithinItsMajorVersion) {
+  const CudaTargets f = *parse_cuda_architectures("100f");
+  // Machine code for the family: sm_100 and sm_103 (B300), not sm_110 or sm_120.
+  EXPECT_EQ(cuda_coverage(100, f).kind, CudaCoverage::Kind::MachineCode);
+  EXPECT_EQ(cuda_coverage(103, f).text, "machine code for sm_100f, which runs on sm_103");
+  EXPECT_EQ(cuda_coverage(120, f).kind, CudaCoverage::Kind::None);
+  // Its PTX is family-specific too, where plain PTX would be compiled for any later card.
+  EXPECT_EQ(cuda_coverage(110, *parse_cuda_architectures("100f-virtual")).kind,
+            CudaCoverage::Kind::None);
+  EXPECT_EQ(cuda_coverage(110, *parse_cuda_architectures("100-virtual")).kind,
+            CudaCoverage::Kind::Ptx);
 }
 
 TEST(CudaTargets, MachineCodeRunsWithinItsMajorVersionOnly) {
   const CudaTargets t = release_targets();
   CudaCoverage c = cuda_coverage(90, t);
   EXPECT_EQ(c.kind, CudaCoverage::Kind::MachineCode);
-  EXPECT_EQ(c.arch, 90);
+  EXPECT_EQ(c.arch, CudaArch{90});
   EXPECT_EQ(c.text, "machine code for sm_90");
   // An RTX A2000 (8.6) and an Orin (8.7): the sm_86 code; an L4 (8.9) its own.
   c = cuda_coverage(87, t);
   EXPECT_EQ(c.kind, CudaCoverage::Kind::MachineCode);
-  EXPECT_EQ(c.arch, 86);
+  EXPECT_EQ(c.arch, CudaArch{86});
   EXPECT_EQ(c.text, "machine code for sm_86, which runs on sm_87");
-  EXPECT_EQ(cuda_coverage(89, t).arch, 89);
+  EXPECT_EQ(cuda_coverage(89, t).arch, CudaArch{89});
   // sm_103 (B300) runs sm_100 code; sm_121 (DGX Spark) runs sm_120 code.
-  EXPECT_EQ(cuda_coverage(103, t).arch, 100);
-  EXPECT_EQ(cuda_coverage(121, t).arch, 120);
+  EXPECT_EQ(cuda_coverage(103, t).arch, CudaArch{100});
+  EXPECT_EQ(cuda_coverage(121, t).arch, CudaArch{120});
   // sm_110 (Thor): no machine code of its major version, and PTX for compute_120 runs on sm_120
   // and newer only.
   c = cuda_coverage(110, t);
@@ -49,7 +95,7 @@ TEST(CudaTargets, PtxCoversNewerArchitecturesWithTheFix) {
   // A future sm_130 card: only the compute_120 PTX runs, JIT-compiled.
   const CudaCoverage c = cuda_coverage(130, t);
   EXPECT_EQ(c.kind, CudaCoverage::Kind::Ptx);
-  EXPECT_EQ(c.arch, 120);
+  EXPECT_EQ(c.arch, CudaArch{120});
   EXPECT_NE(c.text.find("compiles for sm_130 on first use"), std::string::npos) << c.text;
   EXPECT_NE(c.text.find("-DPOLYSTACK_CUDA_ARCHITECTURES=130"), std::string::npos) << c.text;
 }

@@ -140,7 +140,13 @@ ProbeReport probe_devices() {
     r.reason = fmt::format("cuDeviceGetCount failed: {}", drv->error(e));
     return r;
   }
-  const CudaTargets built = *parse_cuda_architectures(POLYSTACK_CUDA_ARCHITECTURES);
+  const std::optional<CudaTargets> parsed = parse_cuda_architectures(POLYSTACK_CUDA_ARCHITECTURES);
+  if (!parsed) {  // CMake refuses such a list; a build that got past it says so here
+    r.reason = fmt::format("this build's CUDA architecture list \"{}\" cannot be read",
+                           POLYSTACK_CUDA_ARCHITECTURES);
+    return r;
+  }
+  const CudaTargets& built = *parsed;
   const std::string too_old = cuda_driver_too_old(driver_cuda, runtime, module);
   for (int i = 0; i < count; ++i) {
     CudaDeviceFacts f;

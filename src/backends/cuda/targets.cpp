@@ -35,12 +35,37 @@ std::vector<std::string_view> split(std::string_view s, std::string_view seps) {
   return out;
 }
 
-void add_sorted(std::vector<int>& v, int x) {
+void add_sorted(std::vector<CudaArch>& v, CudaArch x) {
   if (std::find(v.begin(), v.end(), x) == v.end())
     v.insert(std::upper_bound(v.begin(), v.end(), x), x);
 }
 
-std::string sm(int arch) { return fmt::format("sm_{}", arch); }
+std::string arch_name(CudaArch a, std::string_view prefix) {
+  return a.variant ? fmt::format("{}{}{}", prefix, a.cc, a.variant)
+                   : fmt::format("{}{}", prefix, a.cc);
+}
+std::string sm(CudaArch a) { return arch_name(a, "sm_"); }
+std::string sm(int cc) { return fmt::format("sm_{}", cc); }
+
+// Whether code for `a` runs on compute capability cc: machine code (sass) or PTX.
+bool runs_on(CudaArch a, int cc, bool sass) {
+  if (a.variant == 'a') return a.cc == cc;
+  if (sass || a.variant == 'f') return a.cc / 10 == cc / 10 && a.cc <= cc;
+  return a.cc <= cc;
+}
+
+// The newest architecture of `archs` whose code runs on cc, the most specific of one
+// architecture ('a' before 'f' before none); nullopt when none runs.
+std::optional<CudaArch> best_for(const std::vector<CudaArch>& archs, int cc, bool sass) {
+  std::optional<CudaArch> best;
+  auto rank = [](char v) { return v == 'a' ? 2 : v == 'f' ? 1 : 0; };
+  for (CudaArch a : archs) {
+    if (!runs_on(a, cc, sass)) continue;
+    if (!best || a.cc > best->cc || (a.cc == best->cc && rank(a.variant) > rank(best->variant)))
+      best = a;
+  }
+  return best;
+}
 
 // What every GPU's report starts with.
 DeviceInfo gpu_device(Api api, int index, const char* vendor, const std::string& name,
@@ -70,43 +95,45 @@ std::optional<CudaTargets> parse_cuda_architectures(std::string_view list) {
       real = false;
       e.remove_suffix(8);
     }
-    const std::optional<int> arch = parse_int(e);
-    if (!arch || *arch < 10 || *arch > 1000) return std::nullopt;
-    if (real) add_sorted(t.sass, *arch);
-    if (virt) add_sorted(t.ptx, *arch);
+    CudaArch a;
+    if (e.ends_with('a') || e.ends_with('f')) {
+      a.variant = e.back();
+      e.remove_suffix(1);
+    }
+    const std::optional<int> cc = parse_int(e);
+    if (!cc || *cc < 10 || *cc > 1000) return std::nullopt;
+    a.cc = *cc;
+    if (real) add_sorted(t.sass, a);
+    if (virt) add_sorted(t.ptx, a);
   }
   return t;
 }
 
-std::string format_archs(const std::vector<int>& archs, std::string_view prefix) {
+std::string format_archs(const std::vector<CudaArch>& archs, std::string_view prefix) {
   std::string out;
   for (size_t i = 0; i < archs.size(); ++i) {
     if (i > 0) out += i + 1 == archs.size() ? " and " : ", ";
-    out += fmt::format("{}{}", prefix, archs[i]);
+    out += arch_name(archs[i], prefix);
   }
   return out;
 }
 
 CudaCoverage cuda_coverage(int cc, const CudaTargets& built) {
   CudaCoverage c;
-  // The newest machine code of the same major version at or below the device.
-  for (int a : built.sass)
-    if (a / 10 == cc / 10 && a <= cc) c.arch = a;
-  if (c.arch != 0) {
+  if (const std::optional<CudaArch> a = best_for(built.sass, cc, true)) {
     c.kind = CudaCoverage::Kind::MachineCode;
-    c.text = c.arch == cc
-                 ? "machine code for " + sm(cc)
-                 : fmt::format("machine code for {}, which runs on {}", sm(c.arch), sm(cc));
+    c.arch = *a;
+    c.text = a->cc == cc ? "machine code for " + sm(*a)
+                         : fmt::format("machine code for {}, which runs on {}", sm(*a), sm(cc));
     return c;
   }
-  for (int a : built.ptx)
-    if (a <= cc) c.arch = a;
-  if (c.arch != 0) {
+  if (const std::optional<CudaArch> a = best_for(built.ptx, cc, false)) {
     c.kind = CudaCoverage::Kind::Ptx;
+    c.arch = *a;
     c.text = fmt::format(
-        "PTX for compute_{}, which the driver compiles for {} on first use (slower start; "
+        "PTX for {}, which the driver compiles for {} on first use (slower start; "
         "rebuild with -DPOLYSTACK_CUDA_ARCHITECTURES={} for machine code)",
-        c.arch, sm(cc), cc);
+        arch_name(*a, "compute_"), sm(cc), cc);
     return c;
   }
   std::string have;

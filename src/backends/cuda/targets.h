@@ -16,28 +16,40 @@ namespace ps::gpu {
 
 // --- CUDA -------------------------------------------------------------------------------------
 
-// The code a CUDA build holds: machine code (SASS) and PTX, as compute capabilities x 10.
+// One architecture a CUDA build holds code for: a compute capability x 10 and nvcc's suffix,
+// none, 'a' (arch-specific: sm_90a, code that runs on that compute capability alone) or 'f'
+// (family-specific, CUDA 12.9 on: sm_100f, code for that major version from that minor on).
+struct CudaArch {
+  int cc = 0;
+  char variant = 0;
+  auto operator<=>(const CudaArch&) const = default;
+};
+// The code a CUDA build holds: machine code (SASS) and PTX, each list sorted.
 struct CudaTargets {
-  std::vector<int> sass;
-  std::vector<int> ptx;
+  std::vector<CudaArch> sass;
+  std::vector<CudaArch> ptx;
 };
 
 // CMake's CUDA_ARCHITECTURES syntax: "90" (machine code and PTX), "90-real" (machine code),
-// "90-virtual" (PTX), separated by ';' or ','. nullopt for an entry that is none of these.
+// "90-virtual" (PTX), each number optionally with nvcc's 'a' or 'f' suffix ("90a-real"),
+// separated by ';' or ','. nullopt for an entry that is none of these.
 std::optional<CudaTargets> parse_cuda_architectures(std::string_view list);
 
 // How a device of compute capability cc (x 10) runs this build's kernels.
 struct CudaCoverage {
   enum class Kind { MachineCode, Ptx, None } kind = Kind::None;
-  int arch = 0;      // the architecture of the code used
+  CudaArch arch;     // the architecture of the code used
   std::string text;  // for the probe report
 };
-// Machine code runs on devices of the same major version and an equal or higher minor one;
-// PTX is compiled by the driver for any device at or above its architecture.
+// Machine code runs on devices of the same major version and an equal or higher minor one
+// (arch-specific code on its own compute capability only); PTX is compiled by the driver for
+// any device at or above its architecture (arch-specific PTX for its own compute capability,
+// family-specific PTX within its major version). Of several, the newest architecture is used,
+// and of one architecture the most specific code.
 CudaCoverage cuda_coverage(int cc, const CudaTargets& built);
 
-// "sm_75, sm_80 and sm_90" style lists.
-std::string format_archs(const std::vector<int>& archs, std::string_view prefix);
+// "sm_75, sm_80 and sm_90a" style lists.
+std::string format_archs(const std::vector<CudaArch>& archs, std::string_view prefix);
 
 // 13000 -> "13.0", 12040 -> "12.4" (cudaRuntimeGetVersion / cuDriverGetVersion encoding).
 std::string cuda_version_string(int version);
