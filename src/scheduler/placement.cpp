@@ -362,6 +362,7 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
                               : fmt::format("--n-cpu-moe {}", req.n_cpu_moe);
     }
   }
+  const std::vector<bool> asked_apart = req.n_cpu_moe >= 0 ? apart : std::vector<bool>(size_t(n));
   const auto over = [&](const std::vector<int>& ud, int d) {
     return devices[size_t(d)].free != 0 && device_need(units, ud, apart, g, d, compute) > budget(d);
   };
@@ -473,7 +474,13 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
         human_bytes(plan.need[size_t(g)]), human_bytes(cpu.free), cpu.id,
         human_bytes(plan.headroom[size_t(g)])));
   }
-  if (req.strict && req.mode == Mode::Auto && g > 0 && plan.need[size_t(g)] > 0)
+  // --strict refuses what auto fit leaves on the CPU: whole units, or routed experts that
+  // --cpu-moe / --n-cpu-moe did not ask for there.
+  bool left_on_cpu = false;
+  for (int u = 0; u < n; ++u)
+    left_on_cpu |= plan.unit_device[size_t(u)] == g ||
+                   (apart[size_t(u)] && !asked_apart[size_t(u)] && units[size_t(u)].experts > 0);
+  if (req.strict && req.mode == Mode::Auto && g > 0 && left_on_cpu)
     throw UsageError(fmt::format(
         "--strict: auto fit leaves {} on {}: {}; the whole model needs {} (without --strict "
         "the rest runs on the CPU)",

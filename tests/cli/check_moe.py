@@ -9,8 +9,9 @@ out, and the errors a user meets.
   layers; under a POLYSTACK_DEVICE_MEMORY cap that holds the layers without their experts,
   every layer goes to the GPU and the experts of the first layers stay on the CPU, as many as
   the budget requires and no more (checked against `doctor -m --json`'s costs); --cpu-moe and
-  --n-cpu-moe 2 under -ngl all put those layers' experts on the CPU. The text equals the CPU's
-  every time.
+  --n-cpu-moe 2 under -ngl all put those layers' experts on the CPU, and --strict --cpu-moe
+  runs too. The text equals the CPU's every time. Under the cap --strict is refused (non-zero exit):
+  auto fit would leave experts on the CPU.
 - `doctor -m --json` gives each layer's experts' bytes.
 - gpt-oss (attention sinks, router and expert biases): `run -v` names its features; on vulkan:0
   whole, with --cpu-moe and with --n-cpu-moe 1 the text equals the CPU's. Without its sliding
@@ -114,6 +115,12 @@ def check_vulkan(b, gen, model, cpu_text):
         want = f"the routed experts of {layers_text(0, last)} on cpu"
         if not any(want in l for l in plans) or not any(note in l for l in plans):
             fail(f"{name}: the plan should say '{want}' and '{note}': {plans}")
+
+    # --strict refuses experts that auto fit leaves on the CPU, not those --cpu-moe puts there.
+    generate("--strict --cpu-moe", ["--strict", "--cpu-moe"])
+    r = run([b] + gen + ["--device", "vulkan:0", "--strict"], env)
+    if r.returncode == 0 or "--strict: auto fit leaves the routed experts" not in r.stderr:
+        fail(f"--strict under the cap: exit {r.returncode}, {r.stderr.strip()[-300:]}")
 
 
 def check_gpt_oss(b, tmp, has_vk):

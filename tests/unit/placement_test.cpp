@@ -291,6 +291,18 @@ TEST(PlacementExperts, AutoFitKeepsExpertsOnTheCpuFirstThenBringsBackTheLastLaye
   EXPECT_NE(p.summary.find("the routed experts of layers 0-1 on cpu"), std::string::npos)
       << p.summary;
   EXPECT_NE(p.experts_note.find("auto fit"), std::string::npos);
+  // --strict: experts auto fit left on the CPU are refused; those --cpu-moe or --n-cpu-moe put
+  // there were asked for, but not the ones auto fit adds beyond them.
+  LayerRequest strict;
+  strict.strict = true;
+  EXPECT_THROW(plan_placement(units, MiB, devs, strict), UsageError);
+  strict.n_cpu_moe = LayerRequest::kAllLayers;
+  EXPECT_NO_THROW(plan_placement(units, MiB, devs, strict));
+  strict.n_cpu_moe = 2;
+  EXPECT_EQ(apart(plan_placement(units, MiB, devs, strict)), "0 1");
+  EXPECT_NO_THROW(plan_placement(units, MiB, devs, strict));
+  strict.n_cpu_moe = 1;  // layer 1's experts do not fit beside the rest either
+  EXPECT_THROW(plan_placement(units, MiB, devs, strict), UsageError);
   // Layer-whole auto fit would have left layers on the CPU: 99 MiB hold the output, compute
   // and two whole layers.
   LayerRequest whole;
