@@ -73,7 +73,7 @@ SentencePiece vocab (the vocab is the same SentencePiece-style one as llama's, n
 Tensors are generated and written one at a time (each from its own seed), so a bench-1b file
 needs memory for one tensor, not for the whole model.
 
-Usage: make_llama_gguf.py --out model.gguf [--preset tiny|bench-1b] [--dtype Q4_0] [--tied] ...
+Usage: make_llama_gguf.py --out model.gguf [--preset tiny|bench-1b|bench-8b] [--dtype Q4_0] [--tied] ...
 """
 
 from __future__ import annotations
@@ -109,6 +109,10 @@ PRESETS = {
     "bench-1b": dict(
         n_vocab=32000, n_embd=2048, n_layer=16, n_head=16, n_head_kv=4, n_ff=5632, ctx=4096
     ),
+    # Llama 3.1 8B's shape (its vocabulary size; the tokens are this script's own).
+    "bench-8b": dict(
+        n_vocab=128256, n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336, ctx=8192
+    ),
 }
 ARCHITECTURES = ["llama", "gemma3", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss"]
 # written by tensor_specs_new_arch
@@ -138,6 +142,7 @@ class ModelParams:
     rms_eps: float = 1e-5
     seed: int = 0
     name: str = "polystack-random-llama"
+    jobs: int = 1  # processes that make the tensors (not a model parameter)
     arch: str = "llama"
     head_dim_override: int | None = None  # written as attention.key_length / value_length
     sliding_window: int = 0  # gemma3: 0 = every layer global
@@ -730,14 +735,37 @@ def write_tensors(writer: gguf.GGUFWriter, p: ModelParams, specs: list[TensorSpe
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
+    # One generator per random tensor: values depend only on (seed, position in the file among
+    # the random tensors), so they are the same however many processes make them.
+    global _JOBS
+    _JOBS = []
     index = 0
     for spec in specs:
-        # One generator per random tensor: values depend only on (seed, position in the file
-        # among the random tensors).
-        rng = np.random.default_rng([p.seed, index])
+        _JOBS.append((spec, [p.seed, index]))
         index += spec.random
-        writer.write_tensor_data(encode_tensor(spec.make(rng), spec.qtype))
+    if p.jobs <= 1:
+        for i in range(len(_JOBS)):
+            writer.write_tensor_data(_make_tensor(i))
+    else:
+        # Forked workers make the tensors; at most `jobs` are made ahead of the one written.
+        import multiprocessing
+        with multiprocessing.get_context("fork").Pool(p.jobs) as pool:
+            pending = [pool.apply_async(_make_tensor, (i,)) for i in range(min(p.jobs, len(_JOBS)))]
+            for i in range(len(_JOBS)):
+                data = pending[i].get()
+                if i + p.jobs < len(_JOBS):
+                    pending.append(pool.apply_async(_make_tensor, (i + p.jobs,)))
+                pending[i] = None
+                writer.write_tensor_data(data)
     writer.close()
+
+
+_JOBS: list = []  # (spec, generator seed) of each tensor of the file being written
+
+
+def _make_tensor(i: int) -> np.ndarray:
+    spec, seed = _JOBS[i]
+    return encode_tensor(spec.make(np.random.default_rng(seed)), spec.qtype)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
@@ -758,6 +786,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="polystack-random-llama")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes that make the tensors (the file is the same for any number)")
     add_gemma3_arguments(ap)
     a = ap.parse_args(argv)
     sizes = dict(PRESETS[a.preset])
@@ -768,7 +798,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, ModelParams]:
     p = ModelParams(**sizes, dtype=a.dtype, embd_dtype=a.embd_dtype, tied=a.tied,
                     rope_scaling=a.rope_scaling, rope_scale_factor=a.rope_scale_factor,
                     rope_freq_base=a.rope_freq_base, rms_eps=a.rms_eps, seed=a.seed, name=a.name,
-                    **gemma3_options(a))
+                    jobs=a.jobs, **gemma3_options(a))
     if p.arch in ("qwen3", "qwen3moe", "gpt-oss") and a.head_dim is None and a.preset == "tiny":
         p.head_dim_override = QWEN3_TINY_HEAD_DIM
     if p.arch == "gpt-oss" and not a.sliding_window:
