@@ -131,6 +131,49 @@ TEST(GpuEmulation, KeepsTheOrderingContract) {
   for (const std::string& p : conformance::ordering_problems(dev)) ADD_FAILURE() << p;
 }
 
+// POLYSTACK_PROFILE_OPS=1: each kernel timed by its op (matrix products by weight type and
+// activation rows too), the totals printed when the device closes.
+TEST(GpuEmulation, ProfileOpsCountsEveryKernel) {
+  ASSERT_EQ(setenv("POLYSTACK_PROFILE_OPS", "1", 1), 0);
+  DeviceInfo info;
+  info.id = "emulated-gpu";
+  info.api = Api::Cuda;
+  std::map<std::string, uint64_t> want;  // "matmul Q4_K x3" -> calls
+  int runs = 0;
+  testing::internal::CaptureStderr();
+  {
+    gpu::GpuDevice dev(info, 0);
+    unsetenv("POLYSTACK_PROFILE_OPS");
+    for (auto& c : conformance::all_cases()) {
+      bool matmul = false;
+      for (Tensor* n : c->graph.nodes()) matmul |= n->op == OpKind::MatMul;
+      if (!matmul || runs == 6) continue;
+      for (Tensor* n : c->graph.nodes()) {
+        if (n->op == OpKind::None || n->op == OpKind::View) continue;
+        want[n->op == OpKind::MatMul
+                 ? fmt::format("matmul {} x{}", dtype_name(n->src[0]->type), n->src[1]->n_rows())
+                 : std::string(op_name(n->op))] += 1;
+      }
+      (void)conformance::run_on(dev, *c);
+      ++runs;
+    }
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(runs, 6);
+  for (const auto& [what, calls] : want) {
+    // "polystack: emulated-gpu op matmul F32 x3            2 calls ..."
+    const size_t at = err.find(fmt::format("polystack: emulated-gpu op {} ", what));
+    ASSERT_NE(at, std::string::npos) << what << " missing from:\n" << err;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    EXPECT_NE(line.find(fmt::format(" {} calls ", calls)), std::string::npos) << line;
+  }
+  EXPECT_NE(err.find(fmt::format(" in {} runs; ", runs)), std::string::npos) << err;
+  // Without the variable nothing is timed or printed.
+  testing::internal::CaptureStderr();
+  { gpu::GpuDevice quiet(info, 0); }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
 // The emulated device as the registry's cuda:0 and cuda:1 (this binary sits in a folder
 // without plugins): two GPUs for a model split over both.
 class EmulatedBackend final : public Backend {

@@ -7,11 +7,19 @@
 // and launched as one; when its kernels are those of the previous run with other arguments
 // (the next decode step), the instantiated graph is updated in place rather than built anew.
 // Off by default until measured on hardware to help.
+//
+// POLYSTACK_PROFILE_OPS=1: the device times its kernels with events, by op (matrix products
+// also by weight type and activation rows), waiting for each run's kernels at its end, and
+// prints the totals to stderr when it is closed, slowest first, with the time between each
+// run's first and last kernel (what the kernels leave of it is launch overhead and gaps).
+// Under CUDA graphs a run's graph is timed as one.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backends/cuda/common.cuh"
@@ -24,6 +32,34 @@
 namespace ps::gpu {
 
 class GpuDevice;
+
+// POLYSTACK_PROFILE_OPS's times (see above).
+class GpuOpProfile {
+ public:
+  // Null unless POLYSTACK_PROFILE_OPS is set (and not 0).
+  static std::unique_ptr<GpuOpProfile> from_environment(const GpuDevice& dev);
+  explicit GpuOpProfile(const GpuDevice& dev) : dev_(dev) {}
+  ~GpuOpProfile();  // prints the totals
+  // Records an event on the stream; its index for add().
+  int mark(cudaStream_t stream);
+  // The time between two marks counts for `what`.
+  void add(std::string what, int start, int end);
+  // Waits for the run's events and adds their times to the totals.
+  void collect();
+
+ private:
+  struct Total {
+    uint64_t calls = 0;
+    double ms = 0;
+  };
+  const GpuDevice& dev_;
+  std::vector<cudaEvent_t> events_;
+  int used_ = 0;
+  std::vector<std::tuple<std::string, int, int>> pending_;
+  std::map<std::string, Total> totals_;
+  double span_ms_ = 0;  // each run's first kernel to its last, summed
+  uint64_t runs_ = 0;
+};
 
 class GpuBuffer final : public Buffer {
  public:
@@ -71,6 +107,7 @@ class GpuDevice final : public Device {
 
  private:
   void launch_all(std::span<Tensor* const> nodes);
+  void launch(Tensor& node);
   void execute_as_graph(std::span<Tensor* const> nodes);
 
   DeviceInfo info_;
@@ -80,7 +117,9 @@ class GpuDevice final : public Device {
   bool use_graphs_ = false;
   [[maybe_unused]] void* graph_exec_ = nullptr;  // cudaGraphExec_t of the last run (CUDA only)
   mutable std::mutex mu_;
-  std::map<uintptr_t, size_t> buffers_;  // base address -> bytes
+  std::map<uintptr_t, size_t> buffers_;    // base address -> bytes
+  std::unique_ptr<GpuOpProfile> profile_;  // null unless POLYSTACK_PROFILE_OPS is set
+  bool capturing_ = false;                 // inside a graph capture: kernels are not timed
 };
 
 }  // namespace ps::gpu

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -387,3 +388,22 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+// Events hold the host time they were recorded at: kernels run when they are launched.
+using cudaEvent_t = std::chrono::steady_clock::time_point*;
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new std::chrono::steady_clock::time_point();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  *e = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(*end - *start).count();
+  return cudaSuccess;
+}

@@ -91,23 +91,30 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
 
 void GpuDevice::execute(std::span<Tensor* const> nodes) {
   activate();
-  if (use_graphs_)
+  if (use_graphs_) {
+    const int start = profile_ ? profile_->mark(stream_) : 0;
     execute_as_graph(nodes);
-  else
+    if (profile_) profile_->add("graph", start, profile_->mark(stream_));
+  } else {
     launch_all(nodes);
+  }
+  if (profile_) profile_->collect();
 }
 
 void GpuDevice::execute_as_graph(std::span<Tensor* const> nodes) {
 #if defined(PS_CUDA_GRAPHS)
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a capture");
   cudaGraph_t graph = nullptr;
+  capturing_ = true;
   try {
     launch_all(nodes);
   } catch (...) {
+    capturing_ = false;
     (void)cudaStreamEndCapture(stream_, &graph);
     if (graph) (void)cudaGraphDestroy(graph);
     throw;
   }
+  capturing_ = false;
   check(cudaStreamEndCapture(stream_, &graph), "capturing the run's kernels");
   auto exec = static_cast<cudaGraphExec_t>(graph_exec_);
   cudaGraphExecUpdateResultInfo info{};
@@ -128,59 +135,87 @@ void GpuDevice::execute_as_graph(std::span<Tensor* const> nodes) {
 #endif
 }
 
+namespace {
+
+// What POLYSTACK_PROFILE_OPS counts a node's time for: its op, and for a matrix product the
+// weight type and the number of activation rows ("matmul Q4_K x1" for a decode step).
+std::string profile_key(const Tensor& n) {
+  switch (n.op) {
+    case OpKind::MatMul:
+      return fmt::format("{} {} x{}", op_name(n.op), dtype_name(n.src[0]->type),
+                         n.src[1]->n_rows());
+    case OpKind::MatMulId:
+    case OpKind::GetRows:
+      return fmt::format("{} {}", op_name(n.op), dtype_name(n.src[0]->type));
+    default:
+      return op_name(n.op);
+  }
+}
+
+}  // namespace
+
 void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
-  const Launch l{stream_, warp_};
+  const bool timed = profile_ && !capturing_;
   for (Tensor* n : nodes) {
-    switch (n->op) {
-      case OpKind::None:
-      case OpKind::View:
-        break;
-      case OpKind::Add:
-      case OpKind::Mul:
-      case OpKind::Silu:
-      case OpKind::Gelu:
-      case OpKind::Scale:
-      case OpKind::SwiGlu:
-      case OpKind::SwiGluOai:
-      case OpKind::Sigmoid:
-        elementwise(l, *n);
-        break;
-      case OpKind::RmsNorm:
-        rms_norm(l, *n);
-        break;
-      case OpKind::SoftMax:
-        softmax(l, *n);
-        break;
-      case OpKind::Rope:
-        rope(l, *n);
-        break;
-      case OpKind::Copy:
-        copy(l, *n);
-        break;
-      case OpKind::GetRows:
-        get_rows(l, *n);
-        break;
-      case OpKind::MatMul:
-        matmul(l, *n);
-        break;
-      case OpKind::Attention:
-        attention(l, *n);
-        break;
-      case OpKind::TopK:
-        top_k(l, *n);
-        break;
-      case OpKind::ExpertWeights:
-        expert_weights(l, *n);
-        break;
-      case OpKind::MatMulId:
-        matmul_id(l, *n);
-        break;
-      case OpKind::ExpertSum:
-        expert_sum(l, *n);
-        break;
-      case OpKind::Count:
-        throw BackendError(fmt::format("{}: no kernel for {}", info_.id, op_name(n->op)));
-    }
+    if (n->op == OpKind::None || n->op == OpKind::View) continue;
+    const int start = timed ? profile_->mark(stream_) : 0;
+    launch(*n);
+    if (timed) profile_->add(profile_key(*n), start, profile_->mark(stream_));
+  }
+}
+
+void GpuDevice::launch(Tensor& node) {
+  const Launch l{stream_, warp_};
+  Tensor* n = &node;
+  switch (n->op) {
+    case OpKind::None:
+    case OpKind::View:
+      break;
+    case OpKind::Add:
+    case OpKind::Mul:
+    case OpKind::Silu:
+    case OpKind::Gelu:
+    case OpKind::Scale:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluOai:
+    case OpKind::Sigmoid:
+      elementwise(l, *n);
+      break;
+    case OpKind::RmsNorm:
+      rms_norm(l, *n);
+      break;
+    case OpKind::SoftMax:
+      softmax(l, *n);
+      break;
+    case OpKind::Rope:
+      rope(l, *n);
+      break;
+    case OpKind::Copy:
+      copy(l, *n);
+      break;
+    case OpKind::GetRows:
+      get_rows(l, *n);
+      break;
+    case OpKind::MatMul:
+      matmul(l, *n);
+      break;
+    case OpKind::Attention:
+      attention(l, *n);
+      break;
+    case OpKind::TopK:
+      top_k(l, *n);
+      break;
+    case OpKind::ExpertWeights:
+      expert_weights(l, *n);
+      break;
+    case OpKind::MatMulId:
+      matmul_id(l, *n);
+      break;
+    case OpKind::ExpertSum:
+      expert_sum(l, *n);
+      break;
+    case OpKind::Count:
+      throw BackendError(fmt::format("{}: no kernel for {}", info_.id, op_name(n->op)));
   }
 }
 

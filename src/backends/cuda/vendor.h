@@ -38,6 +38,12 @@
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamDestroy hipStreamDestroy
 #define cudaStreamSynchronize hipStreamSynchronize
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventElapsedTime hipEventElapsedTime
 #define cudaFuncAttributes hipFuncAttributes
 #define cudaFuncGetAttributes(attr, fn) \
   hipFuncGetAttributes(attr, reinterpret_cast<const void*>(fn))
