@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/device.h"
 #include "conformance_cases.h"
+#include "core/error.h"
 #include "engine/model_context.h"
 
 namespace ps {
@@ -172,6 +174,62 @@ TEST(GpuEmulation, ProfileOpsCountsEveryKernel) {
   testing::internal::CaptureStderr();
   { gpu::GpuDevice quiet(info, 0); }
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+// POLYSTACK_CUDA_MATVEC=dp4a: decode steps of Q4_K, Q6_K and Q8_0 weights with activations
+// rounded to int8, against the CPU backend, on the conformance cases (but the vocabulary-sized
+// one, slow here) and more column counts (each kernel variant: 1, 2, 4 and 8 columns) and rows
+// that leave a block of rows partial.
+// The results must differ from the float kernels' somewhere (the int8 path ran).
+TEST(GpuEmulation, Int8DecodeMatchesTheCpuBackend) {
+  std::unique_ptr<Backend> cpu_backend = make_cpu_backend();
+  std::unique_ptr<Device> cpu = cpu_backend->open_device(0, DeviceOptions{});
+  DeviceInfo info;
+  info.id = "emulated-gpu";
+  info.api = Api::Cuda;
+  gpu::GpuDevice float_dev(info, 0);
+  ASSERT_EQ(setenv("POLYSTACK_CUDA_MATVEC", "dp4a", 1), 0);
+  gpu::GpuDevice dev(info, 0);
+  ASSERT_EQ(setenv("POLYSTACK_CUDA_MATVEC", "fp8", 1), 0);
+  try {
+    gpu::GpuDevice bad(info, 0);
+    ADD_FAILURE() << "POLYSTACK_CUDA_MATVEC=fp8 was taken";
+  } catch (const BackendError& e) {
+    EXPECT_STREQ(e.what(), "POLYSTACK_CUDA_MATVEC: 'fp8' is neither float nor dp4a");
+  }
+  unsetenv("POLYSTACK_CUDA_MATVEC");
+  std::vector<std::unique_ptr<conformance::Case>> cases;
+  for (auto& c : conformance::all_cases()) {
+    const Tensor* n = c->out;
+    if (n->op == OpKind::MatMul && n->src[1]->ne[1] <= 8 && n->src[0]->ne[1] < 1000 &&
+        (n->src[0]->type == DType::Q4_K || n->src[0]->type == DType::Q6_K ||
+         n->src[0]->type == DType::Q8_0))
+      cases.push_back(std::move(c));
+  }
+  std::mt19937 rng(7);
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0})
+    for (int64_t m : {2, 3, 8}) {
+      auto c = std::make_unique<conformance::Case>();
+      c->name = fmt::format("matmul {} K=512 N=37 M={}", dtype_name(t), m);
+      Tensor* w = c->random_leaf("w", t, {512, 37, 1, 1}, rng);
+      Tensor* x = c->random_leaf("x", DType::F32, {512, m, 1, 1}, rng);
+      c->out = c->graph.matmul(w, x);
+      c->tolerance = 2e-2;
+      cases.push_back(std::move(c));
+    }
+  int differ = 0;
+  for (auto& c : cases) {
+    SCOPED_TRACE(c->name);
+    const std::vector<float> want = conformance::run_on(*cpu, *c);
+    const std::vector<float> got = conformance::run_on(dev, *c);
+    const std::vector<float> floats = conformance::run_on(float_dev, *c);
+    for (const std::string& m : conformance::mismatches(*c, want, got)) ADD_FAILURE() << m;
+    std::printf("%-32s int8 decode: %.2e from the CPU, float kernels %.2e\n", c->name.c_str(),
+                relative_error(want, got), relative_error(want, floats));
+    differ += got != floats;
+  }
+  EXPECT_GE(cases.size(), 20u);
+  EXPECT_EQ(differ, int(cases.size()));
 }
 
 // The emulated device as the registry's cuda:0 and cuda:1 (this binary sits in a folder

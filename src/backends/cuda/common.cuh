@@ -29,6 +29,11 @@ inline View view_of(const Tensor& t) {
 struct Launch {
   cudaStream_t stream;
   int warp;
+  // Decode steps of Q4_K, Q6_K and Q8_0 weights with activations rounded to int8 and integer
+  // dot products (POLYSTACK_CUDA_MATVEC=dp4a), in `scratch`: device memory of at least
+  // matmul_scratch_bytes() of every node launched with it.
+  bool int8_decode = false;
+  void* scratch = nullptr;
 };
 
 // Throws BackendError naming the kernel (device.cpp).

@@ -26,6 +26,12 @@ GpuDevice::GpuDevice(DeviceInfo info, int ordinal) : info_(std::move(info)), ord
   use_graphs_ = graphs && std::strcmp(graphs, "1") == 0;
 #endif
   profile_ = GpuOpProfile::from_environment(*this);
+  if (const char* v = std::getenv("POLYSTACK_CUDA_MATVEC"); v && *v) {
+    if (std::strcmp(v, "dp4a") == 0)
+      int8_decode_ = true;
+    else if (std::strcmp(v, "float") != 0)
+      throw BackendError(fmt::format("POLYSTACK_CUDA_MATVEC: '{}' is neither float nor dp4a", v));
+  }
 }
 
 GpuDevice::~GpuDevice() {
@@ -41,6 +47,7 @@ GpuDevice::~GpuDevice() {
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
+  if (scratch_) (void)cudaFree(scratch_);
 }
 
 void GpuDevice::select_quietly() const { (void)cudaSetDevice(ordinal_); }

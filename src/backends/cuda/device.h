@@ -8,6 +8,10 @@
 // (the next decode step), the instantiated graph is updated in place rather than built anew.
 // Off by default until measured on hardware to help.
 //
+// POLYSTACK_CUDA_MATVEC=dp4a: decode steps of Q4_K, Q6_K and Q8_0 weights with activations
+// rounded to int8 and integer dot products (matmul.cu), in scratch memory the device keeps;
+// `float` (the default) keeps the float kernels. A candidate until measured on hardware.
+//
 // POLYSTACK_PROFILE_OPS=1: the device times its kernels with events, by op (matrix products
 // also by weight type and activation rows), waiting for each run's kernels at its end, and
 // prints the totals to stderr when it is closed, slowest first, with the time between each
@@ -120,6 +124,9 @@ class GpuDevice final : public Device {
   std::map<uintptr_t, size_t> buffers_;    // base address -> bytes
   std::unique_ptr<GpuOpProfile> profile_;  // null unless POLYSTACK_PROFILE_OPS is set
   bool capturing_ = false;                 // inside a graph capture: kernels are not timed
+  bool int8_decode_ = false;               // POLYSTACK_CUDA_MATVEC=dp4a
+  void* scratch_ = nullptr;                // Launch::scratch
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace ps::gpu

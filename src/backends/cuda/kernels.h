@@ -15,6 +15,8 @@ void rope(const Launch& l, const Tensor& node);
 void copy(const Launch& l, const Tensor& node);
 void get_rows(const Launch& l, const Tensor& node);
 void matmul(const Launch& l, const Tensor& node);
+// The scratch memory matmul() needs for a node under Launch::int8_decode (0: none).
+size_t matmul_scratch_bytes(const Tensor& node);
 void attention(const Launch& l, const Tensor& node);
 // Mixture of experts (moe.cu).
 void top_k(const Launch& l, const Tensor& node);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "backend/op_checks.h"
@@ -91,6 +92,20 @@ std::string GpuDevice::unsupported_reason(const Tensor& n) const {
 
 void GpuDevice::execute(std::span<Tensor* const> nodes) {
   activate();
+  if (int8_decode_) {
+    // The scratch memory the run's int8 decode steps need, grown before any kernel is queued
+    // (or captured) once the kernels that may still use the old one are done.
+    size_t need = 0;
+    for (const Tensor* n : nodes) need = std::max(need, matmul_scratch_bytes(*n));
+    if (need > scratch_bytes_) {
+      check(cudaStreamSynchronize(stream_), "running the queued kernels");
+      if (scratch_) check(cudaFree(scratch_), "freeing scratch memory");
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      check(cudaMalloc(&scratch_, need), "allocating scratch memory");
+      scratch_bytes_ = need;
+    }
+  }
   if (use_graphs_) {
     const int start = profile_ ? profile_->mark(stream_) : 0;
     execute_as_graph(nodes);
@@ -165,7 +180,7 @@ void GpuDevice::launch_all(std::span<Tensor* const> nodes) {
 }
 
 void GpuDevice::launch(Tensor& node) {
-  const Launch l{stream_, warp_};
+  const Launch l{stream_, warp_, int8_decode_, scratch_};
   Tensor* n = &node;
   switch (n->op) {
     case OpKind::None:
