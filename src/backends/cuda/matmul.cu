@@ -124,12 +124,24 @@ __device__ inline void dot_unit(const uint8_t* wrow, int64_t u, const Int8Rows& 
     const uint8_t* b = wrow + 144 * (u / 4);
     const int p = int(u % 4);
     const Words4 h = load_words4(b);  // d, dmin, 12 bytes of scales
-    uint8_t sb[12];
-    const uint32_t hw[3] = {h.y, h.z, h.w};
-    for (int i = 0; i < 12; ++i) sb[i] = uint8_t(hw[i / 4] >> (8 * (i % 4)));
-    int sc0, m0, sc1, m1;
-    scale_min_k4(2 * p, sb, sc0, m0);
-    scale_min_k4(2 * p + 1, sb, sc1, m1);
+    // Byte i of the scales by shifts (an array indexed by p would live in local memory).
+    const uint64_t s03 = uint64_t(h.y) | uint64_t(h.z) << 32;
+    const auto sb = [&](int i) {
+      return int(i < 8 ? (s03 >> (8 * i)) & 0xff : (h.w >> (8 * (i - 8))) & 0xff);
+    };
+    // core/kquants.h get_scale_min_k4 for sub-blocks 2p and 2p + 1.
+    int sc[2], m[2];
+    for (int t = 0; t < 2; ++t) {
+      const int j = 2 * p + t;
+      if (j < 4) {
+        sc[t] = sb(j) & 63;
+        m[t] = sb(j + 4) & 63;
+      } else {
+        sc[t] = (sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4);
+        m[t] = (sb(j + 4) >> 4) | ((sb(j) >> 6) << 4);
+      }
+    }
+    const int sc0 = sc[0], m0 = m[0], sc1 = sc[1], m1 = m[1];
     const float d = half_to_f32(uint16_t(h.x & 0xffff)), dmin = half_to_f32(uint16_t(h.x >> 16));
     const Words4 q0 = load_words4(b + 16 + 32 * p), q1 = load_words4(b + 32 + 32 * p);
     const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
@@ -232,11 +244,10 @@ __global__ void matmul_vec_kernel(View w, View x, View d, int cols) {
       if (c >= cols) break;
       const float* xs = reinterpret_cast<const float*>(x.data + c * x.nb[1]) + 32 * g;
       float s = 0.0f;
-      if (n == 32) {
-        for (int i = 0; i < 32; ++i) s += v[i] * xs[i];
-      } else {
-        for (int i = 0; i < n; ++i) s += v[i] * xs[i];
-      }
+      // Unrolled with constant indices, so that v stays in registers; past the row's end (a
+      // float row that is not whole groups) v is 0 and x is not read.
+      PS_UNROLL
+      for (int i = 0; i < 32; ++i) s += v[i] * (i < n ? xs[i] : 0.0f);
       acc[c] += s;
     }
   }

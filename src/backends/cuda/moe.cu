@@ -93,7 +93,9 @@ __global__ void matmul_id_kernel(View w, View x, View ids, View d) {
   for (int64_t g = lane; g < groups; g += PS_WARP_SIZE) {
     decode32<T>(wrow, g, K, v);
     const int n = int(imin<int64_t>(32, K - 32 * g));
-    for (int i = 0; i < n; ++i) acc += v[i] * xs[32 * g + i];
+    // Unrolled with constant indices, so that v stays in registers (matmul.cu's vec kernel).
+    PS_UNROLL
+    for (int i = 0; i < 32; ++i) acc += v[i] * (i < n ? xs[32 * g + i] : 0.0f);
   }
   const float s = warp_sum(acc);
   if (lane == 0) *out = s;

@@ -86,6 +86,14 @@
 #define PS_DEVICE_CODE 1
 #endif
 
+// Unrolls the loop that follows where the compiler is nvcc or hipcc (the host compiler of the
+// emulation does not know the pragma).
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PS_UNROLL _Pragma("unroll")
+#else
+#define PS_UNROLL
+#endif
+
 // kernel<<<grid, block, 0, stream>>>(args...). kernel is a name or a pointer (a template
 // instance with several arguments goes through a pointer: the macro would split it).
 #ifndef PS_LAUNCH
