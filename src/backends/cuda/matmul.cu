@@ -288,20 +288,24 @@ __global__ void matmul_tile_kernel(View w, View x, View d) {
     }
 }
 
-template <DType T, int C>
-void launch_vec(const Launch& l, const View& w, const View& x, const View& d, int cols) {
-  const int rows_per_block = kVecThreads / l.warp;
-  const int64_t blocks = (w.ne[1] + rows_per_block - 1) / rows_per_block;
-  auto* kernel = &matmul_vec_kernel<T, C>;
-  PS_LAUNCH(kernel, unsigned(blocks), kVecThreads, l.stream, w, x, d, cols);
+// Calls f.template operator()<C>() with the decode kernels' column count: cols rounded up to
+// 1, 2, 4 or 8 (a power of two keeps the variants few).
+template <typename F>
+void with_columns(int cols, F&& f) {
+  if (cols == 1)
+    f.template operator()<1>();
+  else if (cols == 2)
+    f.template operator()<2>();
+  else if (cols <= 4)
+    f.template operator()<4>();
+  else
+    f.template operator()<8>();
 }
 
-template <DType T, int C>
-void launch_int8(const Launch& l, const View& w, const Int8Rows& x, const View& d, int cols) {
+// The decode kernels' grid: blocks of kVecThreads, a warp per weight row.
+unsigned row_blocks(const Launch& l, int64_t rows) {
   const int rows_per_block = kVecThreads / l.warp;
-  const int64_t blocks = (w.ne[1] + rows_per_block - 1) / rows_per_block;
-  auto* kernel = &matvec_int8_kernel<T, C>;
-  PS_LAUNCH(kernel, unsigned(blocks), kVecThreads, l.stream, w, x, d, cols);
+  return unsigned((rows + rows_per_block - 1) / rows_per_block);
 }
 
 // The int8 decode step: the activations rounded into the scratch memory, then the weights.
@@ -315,14 +319,10 @@ void matvec_int8(const Launch& l, const Tensor& node) {
   q.ds = reinterpret_cast<float*>(static_cast<char*>(l.scratch) +
                                   round16(int64_t(cols) * blocks * 32));
   PS_LAUNCH(quantize_int8_kernel, blocks_for(blocks * cols, 128), 128, l.stream, x, q, cols);
-  if (cols == 1)
-    launch_int8<T, 1>(l, w, q, d, cols);
-  else if (cols == 2)
-    launch_int8<T, 2>(l, w, q, d, cols);
-  else if (cols <= 4)
-    launch_int8<T, 4>(l, w, q, d, cols);
-  else
-    launch_int8<T, 8>(l, w, q, d, cols);
+  with_columns(cols, [&]<int C>() {
+    auto* kernel = &matvec_int8_kernel<T, C>;
+    PS_LAUNCH(kernel, row_blocks(l, w.ne[1]), kVecThreads, l.stream, w, q, d, cols);
+  });
 }
 
 }  // namespace
@@ -354,18 +354,13 @@ void matmul(const Launch& l, const Tensor& node) {
       PS_LAUNCH(matmul_tile_kernel<T>, grid, kTileThreads, l.stream, w, view_of(xt), d);
       return;
     }
-    // Up to 8 activation rows in one pass; the kernel's column count rounded up to a power
-    // of two keeps the variants few.
-    View x = view_of(xt);
+    // Up to 8 activation rows in one pass.
+    const View x = view_of(xt);
     const int cols = int(m);
-    if (cols == 1)
-      launch_vec<T, 1>(l, w, x, d, cols);
-    else if (cols == 2)
-      launch_vec<T, 2>(l, w, x, d, cols);
-    else if (cols <= 4)
-      launch_vec<T, 4>(l, w, x, d, cols);
-    else
-      launch_vec<T, 8>(l, w, x, d, cols);
+    with_columns(cols, [&]<int C>() {
+      auto* kernel = &matmul_vec_kernel<T, C>;
+      PS_LAUNCH(kernel, row_blocks(l, w.ne[1]), kVecThreads, l.stream, w, x, d, cols);
+    });
   });
   check_launch("matmul");
 }
