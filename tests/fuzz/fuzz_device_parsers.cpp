@@ -1,20 +1,23 @@
 // libFuzzer target for what device choice parses: --device specs and PCI addresses from the
 // user, probe reports from a child process (which a broken plugin could garble), the
-// POLYSTACK_DEVICE_MEMORY list, and the placement plan over sizes and requests from the bytes.
+// POLYSTACK_DEVICE_MEMORY list, the placement plan over sizes and requests from the bytes, and
+// a CUDA architecture list with the coverage of devices by it.
 // The first byte picks the parser; none may crash, hang or leak, whatever the rest holds.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "backend/physical_device.h"
 #include "backend/probe_json.h"
+#include "backends/cuda/targets.h"
 #include "core/error.h"
 #include "scheduler/placement.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       try {
         const ps::DeviceSpec s = ps::parse_device_spec(text);
@@ -45,7 +48,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       size_t at = 2;
       const auto next = [&] { return at < w.size() ? w[at++] : 0; };
       std::vector<ps::UnitCost> units(n_units);
-      for (auto& u : units) u = {next() >> 20, next() >> 20, 0};
+      for (auto& u : units) {
+        u.weights = next() >> 20;
+        u.kv = next() >> 20;
+        u.experts = std::min(u.weights, next() >> 21);  // a mixture of experts' routed part
+      }
+      units.front().experts = units.back().experts = 0;  // only layers hold experts
       units[0].shared_with_output = std::min(units[0].weights, next() >> 20);
       std::vector<ps::PlacementDevice> devs;
       for (size_t g = 0; g < n_gpu; ++g) devs.push_back({"g", true, next(), false});
@@ -54,6 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       r.mode = ps::LayerRequest::Mode(next() % 3);
       r.count = int(next() % 40);
       r.strict = next() & 1;
+      r.n_cpu_moe = int(next() % 16) - 2;  // none (-1), or the first 0..13 layers' experts
+      if (r.n_cpu_moe < -1) r.n_cpu_moe = ps::LayerRequest::kAllLayers;
       if (next() & 1)
         for (size_t g = 0; g < n_gpu; ++g) r.tensor_split.push_back(double(next() % 5));
       try {
@@ -63,6 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       break;
     }
+    case 5:
+      if (const auto t = ps::gpu::parse_cuda_architectures(text))
+        for (int cc : {35, 75, 86, 90, 100, 103, 120, 130}) (void)ps::gpu::cuda_coverage(cc, *t);
+      break;
     default: {
       const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
       try {
