@@ -349,6 +349,9 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
   // layers' when asked; auto fit may add more below.
   std::vector<bool>& apart = plan.experts_on_cpu;
   apart.assign(size_t(n), false);
+  // What --cpu-moe / --n-cpu-moe ask for (--strict refuses only the rest).
+  std::vector<bool> asked(size_t(n), false);
+  for (int u = 1; u + 1 < n && u <= req.n_cpu_moe; ++u) asked[size_t(u)] = true;
   const bool has_experts =
       std::any_of(units.begin(), units.end(), [](const UnitCost& u) { return u.experts > 0; });
   if (has_experts && g > 0) {
@@ -356,13 +359,12 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
       apart.assign(size_t(n), true);
       plan.experts_note = req.experts_cpu_reason;
     } else if (req.n_cpu_moe >= 0) {
-      for (int u = 1; u + 1 < n && u <= req.n_cpu_moe; ++u) apart[size_t(u)] = true;
+      apart = asked;
       plan.experts_note = req.n_cpu_moe == LayerRequest::kAllLayers
                               ? std::string("--cpu-moe")
                               : fmt::format("--n-cpu-moe {}", req.n_cpu_moe);
     }
   }
-  const std::vector<bool> asked_apart = req.n_cpu_moe >= 0 ? apart : std::vector<bool>(size_t(n));
   const auto over = [&](const std::vector<int>& ud, int d) {
     return devices[size_t(d)].free != 0 && device_need(units, ud, apart, g, d, compute) > budget(d);
   };
@@ -479,7 +481,7 @@ PlacementPlan plan_placement(const std::vector<UnitCost>& units, uint64_t comput
   bool left_on_cpu = false;
   for (int u = 0; u < n; ++u)
     left_on_cpu |= plan.unit_device[size_t(u)] == g ||
-                   (apart[size_t(u)] && !asked_apart[size_t(u)] && units[size_t(u)].experts > 0);
+                   (apart[size_t(u)] && !asked[size_t(u)] && units[size_t(u)].experts > 0);
   if (req.strict && req.mode == Mode::Auto && g > 0 && left_on_cpu)
     throw UsageError(fmt::format(
         "--strict: auto fit leaves {} on {}: {}; the whole model needs {} (without --strict "

@@ -352,6 +352,13 @@ TEST(PlacementExperts, AGpuThatCannotRunThemLeavesThemAllOnTheCpu) {
   EXPECT_EQ(apart(p), "0 1");
   EXPECT_EQ(p.experts_note, r.experts_cpu_reason);
   EXPECT_EQ(p.need[1], 60 * MiB + MiB);
+  // --strict: experts the GPU cannot run are a fallback, unless --cpu-moe asked for them all.
+  r.strict = true;
+  EXPECT_THROW(plan_placement(units, MiB, devs, r), UsageError);
+  r.n_cpu_moe = 1;
+  EXPECT_THROW(plan_placement(units, MiB, devs, r), UsageError);
+  r.n_cpu_moe = LayerRequest::kAllLayers;
+  EXPECT_NO_THROW(plan_placement(units, MiB, devs, r));
 }
 
 TEST(PlacementExperts, DenseModelsAreUnchanged) {
