@@ -125,23 +125,16 @@ __device__ inline void dot_unit(const uint8_t* wrow, int64_t u, const Int8Rows& 
     const int p = int(u % 4);
     const Words4 h = load_words4(b);  // d, dmin, 12 bytes of scales
     // Byte i of the scales by shifts (an array indexed by p would live in local memory).
-    const uint64_t s03 = uint64_t(h.y) | uint64_t(h.z) << 32;
-    const auto sb = [&](int i) {
-      return int(i < 8 ? (s03 >> (8 * i)) & 0xff : (h.w >> (8 * (i - 8))) & 0xff);
-    };
-    // core/kquants.h get_scale_min_k4 for sub-blocks 2p and 2p + 1.
-    int sc[2], m[2];
-    for (int t = 0; t < 2; ++t) {
-      const int j = 2 * p + t;
-      if (j < 4) {
-        sc[t] = sb(j) & 63;
-        m[t] = sb(j + 4) & 63;
-      } else {
-        sc[t] = (sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4);
-        m[t] = (sb(j + 4) >> 4) | ((sb(j) >> 6) << 4);
+    struct {
+      uint64_t s03;
+      uint32_t s8;
+      __device__ int operator[](int i) const {
+        return int(i < 8 ? (s03 >> (8 * i)) & 0xff : (s8 >> (8 * (i - 8))) & 0xff);
       }
-    }
-    const int sc0 = sc[0], m0 = m[0], sc1 = sc[1], m1 = m[1];
+    } const scales{uint64_t(h.y) | uint64_t(h.z) << 32, h.w};
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * p, scales, sc0, m0);
+    scale_min_k4(2 * p + 1, scales, sc1, m1);
     const float d = half_to_f32(uint16_t(h.x & 0xffff)), dmin = half_to_f32(uint16_t(h.x >> 16));
     const Words4 q0 = load_words4(b + 16 + 32 * p), q1 = load_words4(b + 32 + 32 * p);
     const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};

@@ -46,7 +46,9 @@ PS_HD inline uint16_t load_u16_aligned(const uint8_t* p) {
 PS_HD inline float load_half(const uint8_t* p) { return half_to_f32(load_u16_aligned(p)); }
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (core/kquants.h get_scale_min_k4).
-PS_HD inline void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
+// s: the 12 bytes of scales, a pointer or anything that gives byte i as s[i].
+template <typename Bytes>
+PS_HD inline void scale_min_k4(int j, const Bytes& s, int& sc, int& m) {
   if (j < 4) {
     sc = s[j] & 63;
     m = s[j + 4] & 63;
